@@ -1,0 +1,10 @@
+"""tensorlang: a tensor compiler whose loop schedules are checked exactly with isl."""
+
+from .errors import BoundsError, IllegalScheduleError, ScheduleError, TensorlangError  # noqa: F401
+from .ir.dtype import DType  # noqa: F401
+from .ir.expr import Expr, Var, const  # noqa: F401
+from .driver import Module, build  # noqa: F401
+from .schedule import LoweredFunc, Schedule, Stage, create_schedule, lower  # noqa: F401
+from .te import *  # noqa: F401,F403
+
+__version__ = "0.1.0"

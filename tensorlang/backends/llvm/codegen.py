@@ -1,0 +1,389 @@
+"""Loop IR -> LLVM IR with llvmlite's IR builder.
+
+The kernel's C ABI: `int32 name(T0* buf0, T1* buf1, ..., int64 p0, int64 p1, ...)`, one pointer
+per tensor argument (row-major, contiguous) and one int64 per size or scalar parameter. It
+returns 0, or 1 when a heap allocation failed.
+Buffers are flattened here: the element (i, j) of a [n, m] buffer is at i*m + j.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ...errors import TensorlangError
+from ...ir.dtype import DType
+from ...ir.expr import (
+    EQ, GE, GT, LE, LT, NE, Add, And, Call, Cast, CmpOp, Const, Div, Expr, FloorDiv, FloorMod,
+    Load, Max, Min, Mul, Not, Or, Select, Sub, Var,
+)
+from ...ir.stmt import Allocate, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store
+from ...ir.visit import walk
+
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+STACK_LIMIT = 16 * 1024  # bytes; larger or symbolic allocations go to the heap
+
+
+def llvm_type(d: DType) -> ir.Type:
+    if d.is_bool:
+        t = I1
+    elif d.is_int:
+        t = ir.IntType(d.bits)
+    elif d.name == "float16":
+        t = ir.HalfType()
+    elif d.name == "float32":
+        t = ir.FloatType()
+    else:
+        t = ir.DoubleType()
+    return t if d.lanes == 1 else ir.VectorType(t, d.lanes)
+
+
+def memory_type(d: DType) -> ir.Type:
+    """How an element is stored: bools take a byte, as in numpy."""
+    return I8 if d.is_bool else llvm_type(d)
+
+
+_ICMP = {LT: "<", LE: "<=", GT: ">", GE: ">=", EQ: "==", NE: "!="}
+_FCMP = {LT: "olt", LE: "ole", GT: "ogt", GE: "oge", EQ: "oeq", NE: "une"}
+_INTRINSICS = {"exp", "log", "sqrt", "sin", "cos", "floor", "ceil", "fabs", "pow", "tanh"}
+_LIBM = {"erf": ("erff", "erf")}
+
+
+def _has_side_effects_or_traps(e: Expr) -> bool:
+    """Whether evaluating `e` speculatively could read out of bounds (a load)."""
+    return any(isinstance(x, Load) for x in walk(e))
+
+
+class FunctionCodegen:
+    def __init__(self, module: ir.Module, name: str, buffers: list[Buffer], params: list[Var]):
+        self.module = module
+        argtys = [memory_type(b.dtype).as_pointer() for b in buffers] + [I64] * len(params)
+        self.fn = ir.Function(module, ir.FunctionType(I32, argtys), name)
+        self.ptrs: dict[int, ir.Value] = {}
+        self.env: dict[str, ir.Value] = {}
+        for b, a in zip(buffers, self.fn.args):
+            a.name = b.name
+            a.add_attribute("noalias")
+            self.ptrs[id(b)] = a
+        for p, a in zip(params, self.fn.args[len(buffers):]):
+            a.name = p.name
+            self.env[p.name] = a
+        self.entry = self.fn.append_basic_block("entry")
+        self.builder = ir.IRBuilder(self.fn.append_basic_block("body"))
+        self.heap: list[ir.Value] = []
+
+    # ------------------------------------------------------------------------ helpers
+    def _declare(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+        f = self.module.globals.get(name)
+        if f is None:
+            f = ir.Function(self.module, ir.FunctionType(ret, args), name)
+        return f
+
+    def _intrinsic(self, name: str, t: ir.Type, nargs: int = 1) -> ir.Function:
+        suffix = {ir.HalfType: "f16", ir.FloatType: "f32", ir.DoubleType: "f64"}[type(t)]
+        return self._declare(f"llvm.{name}.{suffix}", t, [t] * nargs)
+
+    def flat_index(self, buf: Buffer, indices: tuple[Expr, ...]) -> ir.Value:
+        if not indices:
+            return ir.Constant(I64, 0)
+        b = self.builder
+        idx = self.to_i64(self.expr(indices[0]), indices[0].dtype)
+        for ext, ix in zip(buf.shape[1:], indices[1:]):
+            idx = b.add(b.mul(idx, self.to_i64(self.expr(ext), ext.dtype)),
+                        self.to_i64(self.expr(ix), ix.dtype))
+        return idx
+
+    def to_i64(self, v: ir.Value, d: DType) -> ir.Value:
+        if d.bits == 64:
+            return v
+        return self.builder.zext(v, I64) if d.is_unsigned or d.is_bool else \
+            self.builder.sext(v, I64)
+
+    def address(self, buf: Buffer, indices) -> ir.Value:
+        ptr = self.ptrs.get(id(buf))
+        if ptr is None:
+            raise TensorlangError(f"internal: buffer {buf.name} is not allocated")
+        return self.builder.gep(ptr, [self.flat_index(buf, indices)], inbounds=True)
+
+    # --------------------------------------------------------------------- expressions
+    def expr(self, e: Expr) -> ir.Value:
+        b = self.builder
+        if isinstance(e, Var):
+            v = self.env.get(e.name)
+            if v is None:
+                raise TensorlangError(f"internal: unbound variable {e.name}")
+            return v
+        if isinstance(e, Const):
+            t = llvm_type(e.dtype)
+            if e.dtype.is_bool:
+                return ir.Constant(I1, int(e.value))
+            if e.dtype.is_int:
+                return ir.Constant(t, int(e.value) & ((1 << e.dtype.bits) - 1))
+            return ir.Constant(t, float(e.value))
+        if isinstance(e, Load):
+            v = b.load(self.address(e.buffer, e.indices))
+            return b.icmp_unsigned("!=", v, ir.Constant(I8, 0)) if e.dtype.is_bool else v
+        if isinstance(e, (Add, Sub, Mul, Div, FloorDiv, FloorMod, Min, Max)):
+            return self.arith(e)
+        if isinstance(e, CmpOp):
+            x, y = self.expr(e.a), self.expr(e.b)
+            d = e.a.dtype
+            if d.is_float:
+                return b.fcmp_ordered(_FCMP[type(e)], x, y) if not isinstance(e, NE) else \
+                    b.fcmp_unordered("!=", x, y)
+            op = _ICMP[type(e)]
+            return b.icmp_unsigned(op, x, y) if d.is_unsigned or d.is_bool else \
+                b.icmp_signed(op, x, y)
+        if isinstance(e, And):
+            return b.and_(self.expr(e.a), self.expr(e.b))
+        if isinstance(e, Or):
+            return b.or_(self.expr(e.a), self.expr(e.b))
+        if isinstance(e, Not):
+            return b.xor(self.expr(e.a), ir.Constant(I1, 1))
+        if isinstance(e, Select):
+            return self.select(e)
+        if isinstance(e, Cast):
+            return self.cast(self.expr(e.value), e.value.dtype, e.dtype)
+        if isinstance(e, Call):
+            return self.call(e)
+        raise TensorlangError(f"llvm backend: unsupported expression {type(e).__name__}")
+
+    def arith(self, e) -> ir.Value:
+        b = self.builder
+        x, y = self.expr(e.a), self.expr(e.b)
+        d = e.dtype
+        if d.is_float:
+            if isinstance(e, Add):
+                return b.fadd(x, y)
+            if isinstance(e, Sub):
+                return b.fsub(x, y)
+            if isinstance(e, Mul):
+                return b.fmul(x, y)
+            if isinstance(e, Div):
+                return b.fdiv(x, y)
+            if isinstance(e, (Min, Max)):
+                name = "minimum" if isinstance(e, Min) else "maximum"
+                return b.call(self._intrinsic(name, x.type, 2), [x, y])
+            q = b.call(self._intrinsic("floor", x.type), [b.fdiv(x, y)])
+            if isinstance(e, FloorDiv):
+                return q
+            return b.fsub(x, b.fmul(q, y))  # FloorMod: x - floor(x / y) * y
+        if isinstance(e, Add):
+            return b.add(x, y)
+        if isinstance(e, Sub):
+            return b.sub(x, y)
+        if isinstance(e, Mul):
+            return b.mul(x, y)
+        if isinstance(e, (Min, Max)):
+            op = "<" if isinstance(e, Min) else ">"
+            c = b.icmp_unsigned(op, x, y) if d.is_unsigned or d.is_bool else \
+                b.icmp_signed(op, x, y)
+            return b.select(c, x, y)
+        if isinstance(e, (FloorDiv, FloorMod)):
+            return self.int_division(e, x, y)
+        raise TensorlangError(f"llvm backend: unsupported operation {type(e).__name__} on {d}")
+
+    def int_division(self, e, x: ir.Value, y: ir.Value) -> ir.Value:
+        """Floor division/modulo that never traps: x // 0 == x % 0 == 0 (numpy's result)."""
+        b = self.builder
+        t = x.type
+        zero, one = ir.Constant(t, 0), ir.Constant(t, 1)
+        const_ok = isinstance(e.b, Const) and e.b.value not in (0, -1)
+        if e.dtype.is_unsigned:
+            if const_ok:
+                return b.udiv(x, y) if isinstance(e, FloorDiv) else b.urem(x, y)
+            is0 = b.icmp_unsigned("==", y, zero)
+            ys = b.select(is0, one, y)
+            r = b.udiv(x, ys) if isinstance(e, FloorDiv) else b.urem(x, ys)
+            return b.select(is0, zero, r)
+        if const_ok:
+            ys, bad = y, None
+        else:
+            # y == 0 gives 0; y == -1 would trap on INT_MIN / -1, and x // -1 == -x anyway
+            bad = b.or_(b.icmp_signed("==", y, zero), b.icmp_signed("==", y, ir.Constant(t, -1)))
+            ys = b.select(bad, one, y)
+        q, r = b.sdiv(x, ys), b.srem(x, ys)
+        # C division truncates; floor it: when r != 0 and the signs of r and y differ
+        adjust = b.and_(b.icmp_signed("!=", r, zero),
+                        b.icmp_signed("<", b.xor(r, ys), zero))
+        if isinstance(e, FloorDiv):
+            out = b.sub(q, b.zext(adjust, t))
+            if bad is not None:
+                neg = b.sub(zero, x)
+                out = b.select(b.icmp_signed("==", y, zero), zero,
+                               b.select(b.icmp_signed("==", y, ir.Constant(t, -1)), neg, out))
+            return out
+        out = b.select(adjust, b.add(r, ys), r)
+        return out if bad is None else b.select(bad, zero, out)
+
+    def select(self, e: Select) -> ir.Value:
+        b = self.builder
+        c = self.expr(e.cond)
+        if not (_has_side_effects_or_traps(e.true_value) or
+                _has_side_effects_or_traps(e.false_value)):
+            return b.select(c, self.expr(e.true_value), self.expr(e.false_value))
+        # only the taken arm may run: it can read where the other would be out of bounds
+        then_bb = b.append_basic_block("sel.then")
+        else_bb = b.append_basic_block("sel.else")
+        end_bb = b.append_basic_block("sel.end")
+        b.cbranch(c, then_bb, else_bb)
+        b.position_at_end(then_bb)
+        tv = self.expr(e.true_value)
+        then_end = b.block
+        b.branch(end_bb)
+        b.position_at_end(else_bb)
+        fv = self.expr(e.false_value)
+        else_end = b.block
+        b.branch(end_bb)
+        b.position_at_end(end_bb)
+        phi = b.phi(tv.type)
+        phi.add_incoming(tv, then_end)
+        phi.add_incoming(fv, else_end)
+        return phi
+
+    def cast(self, v: ir.Value, src: DType, dst: DType) -> ir.Value:
+        b = self.builder
+        if src == dst:
+            return v
+        t = llvm_type(dst)
+        if dst.is_bool:
+            if src.is_float:
+                return b.fcmp_unordered("!=", v, ir.Constant(v.type, 0.0))
+            return b.icmp_unsigned("!=", v, ir.Constant(v.type, 0))
+        if src.is_bool:
+            return b.uitofp(v, t) if dst.is_float else b.zext(v, t)
+        if src.is_float and dst.is_float:
+            return b.fpext(v, t) if dst.bits > src.bits else b.fptrunc(v, t)
+        if src.is_int and dst.is_int:
+            if dst.bits == src.bits:
+                return v
+            if dst.bits < src.bits:
+                return b.trunc(v, t)
+            return b.zext(v, t) if src.is_unsigned else b.sext(v, t)
+        if src.is_int:  # -> float
+            return b.uitofp(v, t) if src.is_unsigned else b.sitofp(v, t)
+        # float -> int saturates (NaN -> 0) instead of producing poison
+        sfx = {ir.HalfType: "f16", ir.FloatType: "f32", ir.DoubleType: "f64"}[type(v.type)]
+        name = "fptoui" if dst.is_unsigned else "fptosi"
+        f = self._declare(f"llvm.{name}.sat.i{dst.bits}.{sfx}", t, [v.type])
+        return b.call(f, [v])
+
+    def call(self, e: Call) -> ir.Value:
+        b = self.builder
+        args = [self.expr(a) for a in e.args]
+        if e.name == "isnan":
+            return b.fcmp_unordered("uno", args[0], args[0])
+        d = e.dtype
+        half = d.name == "float16"
+        if half:  # libm and most targets compute half math in float
+            args = [b.fpext(a, ir.FloatType()) for a in args]
+        t = args[0].type
+        if e.name in _INTRINSICS:
+            out = b.call(self._intrinsic(e.name, t, len(args)), args)
+        elif e.name in _LIBM:
+            fname = _LIBM[e.name][0 if isinstance(t, ir.FloatType) else 1]
+            out = b.call(self._declare(fname, t, [t] * len(args)), args)
+        else:
+            raise TensorlangError(f"llvm backend: unknown function {e.name}")
+        return b.fptrunc(out, ir.HalfType()) if half else out
+
+    # ---------------------------------------------------------------------- statements
+    def stmt(self, s: Stmt) -> None:
+        b = self.builder
+        if isinstance(s, Seq):
+            for x in s.stmts:
+                self.stmt(x)
+        elif isinstance(s, Store):
+            v = self.expr(s.value)
+            v = self.cast(v, s.value.dtype, s.buffer.dtype)
+            if s.buffer.dtype.is_bool:
+                v = b.zext(v, I8)
+            b.store(v, self.address(s.buffer, s.indices))
+        elif isinstance(s, For):
+            self.loop(s)
+        elif isinstance(s, If):
+            c = self.expr(s.cond)
+            if s.else_body is None:
+                with b.if_then(c):
+                    self.stmt(s.then_body)
+            else:
+                with b.if_else(c) as (then, other):
+                    with then:
+                        self.stmt(s.then_body)
+                    with other:
+                        self.stmt(s.else_body)
+        elif isinstance(s, Let):
+            self.env[s.var.name] = self.cast(self.expr(s.value), s.value.dtype, s.var.dtype)
+            self.stmt(s.body)
+        elif isinstance(s, Allocate):
+            self.allocate(s)
+        else:
+            raise TensorlangError(f"llvm backend: unsupported statement {type(s).__name__}")
+
+    def loop(self, s: For) -> None:
+        if s.kind not in (LoopKind.SERIAL,):
+            raise NotImplementedError(
+                f"llvm backend: {s.kind.value} loops are not implemented yet (loop {s.var.name})"
+            )
+        b = self.builder
+        lo = self.to_i64(self.expr(s.min), s.min.dtype)
+        hi = b.add(lo, self.to_i64(self.expr(s.extent), s.extent.dtype))
+        pre = b.block
+        head = b.append_basic_block(f"{s.var.name}.head")
+        body = b.append_basic_block(f"{s.var.name}.body")
+        end = b.append_basic_block(f"{s.var.name}.end")
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(I64, name=s.var.name)
+        i.add_incoming(lo, pre)
+        b.cbranch(b.icmp_signed("<", i, hi), body, end)
+        b.position_at_end(body)
+        saved = self.env.get(s.var.name)
+        self.env[s.var.name] = i
+        self.stmt(s.body)
+        nxt = b.add(i, ir.Constant(I64, 1), flags=["nsw"])
+        i.add_incoming(nxt, b.block)
+        b.branch(head)
+        b.position_at_end(end)
+        if saved is not None:
+            self.env[s.var.name] = saved
+
+    def allocate(self, s: Allocate) -> None:
+        buf = s.buffer
+        b = self.builder
+        et = memory_type(buf.dtype)
+        count = 1
+        const = all(isinstance(x, Const) for x in buf.shape)
+        if const:
+            for x in buf.shape:
+                count *= int(x.value)
+        if const and count * buf.dtype.itemsize <= STACK_LIMIT:
+            with b.goto_block(self.entry):
+                ptr = b.alloca(et, max(count, 1), name=buf.name)
+                ptr.align = 64
+            self.ptrs[id(buf)] = ptr
+            self.stmt(s.body)
+            return
+        n = ir.Constant(I64, 1)
+        for x in buf.shape:
+            n = b.mul(n, self.to_i64(self.expr(x), x.dtype))
+        size = b.mul(n, ir.Constant(I64, buf.dtype.itemsize if not buf.dtype.is_bool else 1))
+        malloc = self._declare("malloc", ir.IntType(8).as_pointer(), [I64])
+        raw = b.call(malloc, [b.add(size, ir.Constant(I64, 64))], name=f"{buf.name}.raw")
+        with b.if_then(b.icmp_unsigned("==", raw, ir.Constant(raw.type, None)), likely=False):
+            b.ret(ir.Constant(I32, 1))
+        self.ptrs[id(buf)] = b.bitcast(raw, et.as_pointer(), name=buf.name)
+        self.stmt(s.body)
+        free = self._declare("free", ir.VoidType(), [ir.IntType(8).as_pointer()])
+        b.call(free, [raw])
+
+    def finish(self) -> None:
+        self.builder.ret(ir.Constant(I32, 0))
+        with self.builder.goto_block(self.entry):
+            self.builder.branch(self.fn.blocks[1])
+
+
+def emit_function(module: ir.Module, name: str, buffers, params, body: Stmt) -> ir.Function:
+    cg = FunctionCodegen(module, name, buffers, params)
+    cg.stmt(body)
+    cg.finish()
+    return cg.fn

@@ -1,0 +1,105 @@
+"""Compile loop IR to machine code in this process (MCJIT), with a structural cache."""
+
+from __future__ import annotations
+
+import ctypes
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from ...config import debug_print, timed
+from ...errors import TensorlangError
+from ...ir.expr import Var
+from ...ir.stmt import Buffer, Stmt
+from .codegen import emit_function
+from .target import LLVMTarget, target_machine
+
+_CACHE_SIZE = 256
+
+
+@dataclass
+class Kernel:
+    """A compiled kernel: its C entry point, optimised LLVM IR and the engine that owns it."""
+
+    name: str
+    cfunc: object
+    llvm_ir: str
+    module: llvm.ModuleRef
+    engine: llvm.ExecutionEngine
+    target: LLVMTarget
+
+    def assembly(self) -> str:
+        return target_machine(self.target).emit_assembly(self.module)
+
+
+class _KernelCache:
+    """Compiled kernels by (unoptimised IR text, target): building twice costs no LLVM time."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.items: OrderedDict[tuple, Kernel] = OrderedDict()
+        self.hits = 0
+
+    def get(self, key) -> Kernel | None:
+        k = self.items.get(key)
+        if k is not None:
+            self.items.move_to_end(key)
+            self.hits += 1
+        return k
+
+    def put(self, key, kernel: Kernel) -> None:
+        self.items[key] = kernel
+        if len(self.items) > self.size:
+            self.items.popitem(last=False)  # kernels in use stay alive through their Function
+
+
+CACHE = _KernelCache(_CACHE_SIZE)
+
+
+def make_module(name: str, buffers: list[Buffer], params: list[Var], body: Stmt,
+                target: LLVMTarget) -> ir.Module:
+    module = ir.Module(name=name)
+    module.triple = target.triple
+    emit_function(module, name, buffers, params, body)
+    return module
+
+
+def optimise(mod: llvm.ModuleRef, tm: llvm.TargetMachine) -> None:
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+
+
+def compile_kernel(name: str, buffers: list[Buffer], params: list[Var], body: Stmt,
+                   target: LLVMTarget) -> Kernel:
+    """LLVM IR for the loop nest, optimised at O3 for `target` and JIT-compiled."""
+    if not target.is_host:
+        raise TensorlangError(f"cannot run code for {target} in this process")
+    with timed("llvm codegen"):
+        text = str(make_module(name, buffers, params, body, target))
+    key = (text, target)
+    cached = CACHE.get(key)
+    if cached is not None:
+        debug_print(1, "llvm: cache hit")
+        return cached
+    tm = target_machine(target)
+    with timed("llvm optimise"):
+        try:
+            mod = llvm.parse_assembly(text)
+            mod.verify()
+        except RuntimeError as e:
+            raise TensorlangError(f"internal: invalid LLVM IR generated: {e}") from None
+        mod.data_layout = str(tm.target_data)
+        optimise(mod, tm)
+    debug_print(3, "LLVM IR", str(mod))
+    with timed("llvm jit"):
+        engine = llvm.create_mcjit_compiler(mod, tm)
+        engine.finalize_object()
+        addr = engine.get_function_address(name)
+    argtypes = [ctypes.c_void_p] * len(buffers) + [ctypes.c_int64] * len(params)
+    cfunc = ctypes.CFUNCTYPE(ctypes.c_int32, *argtypes)(addr)
+    kernel = Kernel(name, cfunc, str(mod), mod, engine, target)
+    CACHE.put(key, kernel)
+    return kernel

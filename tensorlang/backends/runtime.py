@@ -1,0 +1,95 @@
+"""Binding numpy arrays to a kernel's C ABI: checks shapes, dtypes, layout, aliasing."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import TensorlangError
+from ..ir.expr import Const, Expr, Var
+from ..ir.simplify import simplify
+from ..ir.stmt import Buffer
+from ..ir.visit import substitute
+
+
+def _value(e: Expr, env: dict[str, int]) -> int | None:
+    v = simplify(substitute(e, {k: Const(x, e.dtype) for k, x in env.items()}))
+    return int(v.value) if isinstance(v, Const) else None
+
+
+def bind_arguments(buffers: list[Buffer], scalars: list[Var | None], params: list[Var],
+                   written: set[int], values: tuple) -> tuple[list[int], list[int], dict]:
+    """Check the call's values against the signature; return pointers and parameter values.
+
+    `buffers[i]` (or `scalars[i]` for a tl.var argument) describes argument i; `written` holds
+    the indices of arguments the kernel writes.
+    """
+    n = len(buffers)
+    if len(values) != n:
+        raise TensorlangError(f"expected {n} arguments, got {len(values)}")
+    env: dict[str, int] = {}
+    arrays: list[np.ndarray | None] = []
+    for i, (buf, sv, v) in enumerate(zip(buffers, scalars, values)):
+        if sv is not None:
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+                raise TensorlangError(f"argument {i} ({sv.name}): expected an int, got {v!r}")
+            env[sv.name] = int(v)
+            arrays.append(None)
+            continue
+        name = buf.name
+        if not isinstance(v, np.ndarray):
+            raise TensorlangError(
+                f"argument {i} ({name}): expected a numpy array, got {type(v).__name__}"
+            )
+        if v.dtype != buf.dtype.np:
+            raise TensorlangError(
+                f"argument {i} ({name}): expected dtype {buf.dtype}, got {v.dtype}"
+            )
+        if v.ndim != len(buf.shape):
+            raise TensorlangError(
+                f"argument {i} ({name}): expected {len(buf.shape)} dimensions, got {v.ndim} "
+                f"(shape {v.shape})"
+            )
+        if not v.flags.c_contiguous:
+            raise TensorlangError(
+                f"argument {i} ({name}): the array must be C-contiguous; pass "
+                "np.ascontiguousarray(x)"
+            )
+        if i in written and not v.flags.writeable:
+            raise TensorlangError(f"argument {i} ({name}): the output array is read-only")
+        for d, (ext, actual) in enumerate(zip(buf.shape, v.shape)):
+            if isinstance(ext, Var):
+                prev = env.get(ext.name)
+                if prev is not None and prev != actual:
+                    raise TensorlangError(
+                        f"argument {i} ({name}): dimension {d} is {actual}, but {ext.name} = "
+                        f"{prev} from an earlier argument"
+                    )
+                env[ext.name] = actual
+        arrays.append(v)
+    for p in params:
+        if p.name not in env:
+            raise TensorlangError(
+                f"the size {p.name} cannot be inferred from the arguments' shapes; pass it as a "
+                "tl.var argument"
+            )
+    for i, (buf, arr) in enumerate(zip(buffers, arrays)):
+        if arr is None:
+            continue
+        for d, (ext, actual) in enumerate(zip(buf.shape, arr.shape)):
+            want = _value(ext, env)
+            if want != actual:
+                raise TensorlangError(
+                    f"argument {i} ({buf.name}): dimension {d} must be {ext} = {want}, "
+                    f"got {actual}"
+                )
+    for i in written:
+        if arrays[i] is None:
+            continue
+        for j, other in enumerate(arrays):
+            if j != i and other is not None and np.may_share_memory(arrays[i], other):
+                raise TensorlangError(
+                    f"argument {i} ({buffers[i].name}) overlaps argument {j} "
+                    f"({buffers[j].name}); outputs must not share memory with other arguments"
+                )
+    ptrs = [a.ctypes.data for a in arrays if a is not None]
+    return ptrs, [env[p.name] for p in params], env

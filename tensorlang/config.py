@@ -1,0 +1,49 @@
+"""The one module that reads the TL_* environment variables.
+
+TL_DEBUG=1 prints timings of each pass, =2 also loop nests, =3 also LLVM IR, =4 also isl sets,
+maps and dependences. TL_NUM_THREADS sets the size of the parallel thread pool.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+
+
+def debug_level() -> int:
+    """The current TL_DEBUG level (0 when unset or not an integer)."""
+    try:
+        return int(os.environ.get("TL_DEBUG", "0"))
+    except ValueError:
+        return 0
+
+
+def num_threads() -> int:
+    """Threads for parallel loops: TL_NUM_THREADS, default the number of cores."""
+    value = os.environ.get("TL_NUM_THREADS")
+    if value:
+        try:
+            n = int(value)
+            if n >= 1:
+                return n
+        except ValueError:
+            pass
+    return os.cpu_count() or 1
+
+
+def debug_print(level: int, title: str, text: object = "") -> None:
+    """Print `text` under `title` to stderr when TL_DEBUG >= level."""
+    if debug_level() >= level:
+        body = f"\n{text}" if text != "" else ""
+        print(f"[tensorlang] {title}{body}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def timed(name: str):
+    """Time a pass; printed at TL_DEBUG >= 1."""
+    t0 = time.perf_counter()
+    yield
+    if debug_level() >= 1:
+        print(f"[tensorlang] {name}: {1e3 * (time.perf_counter() - t0):.2f} ms", file=sys.stderr)

@@ -1,0 +1,31 @@
+"""The error hierarchy: every error tensorlang raises on purpose is a TensorlangError."""
+
+from __future__ import annotations
+
+
+class TensorlangError(Exception):
+    """Base class of all errors raised by tensorlang for bad input or unsupported use."""
+
+
+class ScheduleError(TensorlangError):
+    """A schedule primitive was misused (wrong axis, bad factor, ...)."""
+
+
+class IllegalScheduleError(ScheduleError):
+    """A schedule would change the result of the computation.
+
+    ``witness`` holds one concrete pair of iterations whose order the schedule breaks, as a
+    tuple of two dicts ``({var: value}, {var: value})`` (source first).
+    """
+
+    def __init__(self, message: str, witness: tuple[dict, dict] | None = None):
+        super().__init__(message)
+        self.witness = witness
+
+
+class BoundsError(TensorlangError):
+    """A stage reads a tensor outside its bounds; ``witness`` is one offending iteration."""
+
+    def __init__(self, message: str, witness: dict | None = None):
+        super().__init__(message)
+        self.witness = witness

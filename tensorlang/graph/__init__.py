@@ -1,0 +1,1 @@
+"""The graph layer (operators, autodiff, executor): not implemented yet."""

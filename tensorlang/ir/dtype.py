@@ -1,0 +1,121 @@
+"""Scalar data types and numpy-like type promotion."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import TensorlangError
+
+_NAMES = ("bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64")
+
+
+@dataclass(frozen=True, slots=True)
+class DType:
+    """A scalar type such as float32; `lanes` > 1 is a vector of that many elements."""
+
+    name: str
+    lanes: int = 1
+
+    @property
+    def np(self) -> np.dtype:
+        return np.dtype(self.name)
+
+    @property
+    def bits(self) -> int:
+        return 1 if self.name == "bool" else self.np.itemsize * 8
+
+    @property
+    def itemsize(self) -> int:
+        return self.np.itemsize
+
+    @property
+    def is_float(self) -> bool:
+        return self.name.startswith("float")
+
+    @property
+    def is_int(self) -> bool:
+        """Signed or unsigned integer (not bool)."""
+        return self.name.startswith(("int", "uint"))
+
+    @property
+    def is_unsigned(self) -> bool:
+        return self.name.startswith("uint")
+
+    @property
+    def is_bool(self) -> bool:
+        return self.name == "bool"
+
+    def with_lanes(self, lanes: int) -> DType:
+        return DType(self.name, lanes)
+
+    @property
+    def element(self) -> DType:
+        return DType(self.name)
+
+    def min_value(self):
+        return -np.inf if self.is_float else (False if self.is_bool else int(np.iinfo(self.np).min))
+
+    def max_value(self):
+        return np.inf if self.is_float else (True if self.is_bool else int(np.iinfo(self.np).max))
+
+    def __str__(self) -> str:
+        return self.name if self.lanes == 1 else f"{self.name}x{self.lanes}"
+
+    def __repr__(self) -> str:
+        return f"DType({str(self)!r})"
+
+
+bool_ = DType("bool")
+int8, int16, int32, int64 = DType("int8"), DType("int16"), DType("int32"), DType("int64")
+uint8 = DType("uint8")
+float16, float32, float64 = DType("float16"), DType("float32"), DType("float64")
+
+
+def as_dtype(value: object, argname: str = "dtype") -> DType:
+    """Parse a dtype given as DType, str or numpy dtype; raise naming `argname` otherwise."""
+    if isinstance(value, DType):
+        return value
+    try:
+        name = np.dtype(value).name if not isinstance(value, str) else value
+    except TypeError:
+        name = None
+    if name not in _NAMES:
+        raise TensorlangError(
+            f"{argname}: unsupported dtype {value!r}; expected one of {', '.join(_NAMES)}"
+        )
+    return DType(name)
+
+
+def promote(a: DType, b: DType) -> DType:
+    """The numpy result type of a binary arithmetic operation on `a` and `b`."""
+    if a == b:
+        return a
+    return DType(np.result_type(a.np, b.np).name, max(a.lanes, b.lanes))
+
+
+def dtype_of_python(value: object) -> DType:
+    """The dtype a Python scalar gets when it stands alone (numpy's defaults)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool_
+    if isinstance(value, (int, np.integer)):
+        return as_dtype(np.asarray(value).dtype) if isinstance(value, np.integer) else int32
+    if isinstance(value, (float, np.floating)):
+        return as_dtype(np.asarray(value).dtype) if isinstance(value, np.floating) else float32
+    raise TensorlangError(f"cannot make a constant of {type(value).__name__} {value!r}")
+
+
+def weak_dtype(value: object, other: DType) -> DType:
+    """The dtype of a Python scalar combined with an expression of dtype `other` (NEP 50).
+
+    Python scalars are 'weak': `x * 2.0` keeps float16/float32, `i + 1` keeps int8. An int
+    tensor combined with a Python float becomes float64, as in numpy.
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return other
+    if isinstance(value, (int, np.integer)) and not isinstance(value, np.integer):
+        return other if not other.is_bool else int32.with_lanes(other.lanes)
+    if isinstance(value, float):
+        return other if other.is_float else float64.with_lanes(other.lanes)
+    return promote(dtype_of_python(value), other)

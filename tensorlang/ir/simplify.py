@@ -1,0 +1,168 @@
+"""The simplifier: a table of small rules, each one `match`; applied bottom-up to a fixpoint.
+
+Rules never change a result: float rules are only those exact in IEEE arithmetic (x * 1,
+x + (-0.0)); integer folding wraps like the machine does.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .dtype import DType
+from .expr import (
+    EQ, GE, GT, LE, LT, NE, Add, And, BinaryOp, CmpOp, Const, Div, Expr, FloorDiv, FloorMod,
+    Max, Min, Mul, Not, Or, Select, Sub,
+)
+from .stmt import Stmt
+from .visit import map_expr, map_stmt
+
+
+def _wrap(v: int, d: DType) -> int:
+    if d.is_bool:
+        return int(bool(v))
+    bits = d.bits
+    v &= (1 << bits) - 1
+    if not d.is_unsigned and v >= 1 << (bits - 1):
+        v -= 1 << bits
+    return v
+
+
+def _fold_int(op: type, a: int, b: int) -> int | None:
+    if op is Add:
+        return a + b
+    if op is Sub:
+        return a - b
+    if op is Mul:
+        return a * b
+    if op is FloorDiv:
+        return 0 if b == 0 else a // b
+    if op is FloorMod:
+        return 0 if b == 0 else a % b
+    if op is Min:
+        return min(a, b)
+    if op is Max:
+        return max(a, b)
+    return None
+
+
+_NP_OPS = {Add: np.add, Sub: np.subtract, Mul: np.multiply, Div: np.divide,
+           FloorDiv: np.floor_divide, FloorMod: np.mod, Min: np.minimum, Max: np.maximum}
+_CMP = {LT: lambda a, b: a < b, LE: lambda a, b: a <= b, GT: lambda a, b: a > b,
+        GE: lambda a, b: a >= b, EQ: lambda a, b: a == b, NE: lambda a, b: a != b}
+
+
+def rule_fold_consts(e: Expr) -> Expr | None:
+    match e:
+        case BinaryOp(Const(a), Const(b)) if e.dtype.lanes == 1:
+            d = e.dtype
+            if d.is_float:
+                with np.errstate(all="ignore"):
+                    v = _NP_OPS[type(e)](np.array(a, d.np), np.array(b, d.np))
+                return Const(float(v), d)
+            v = _fold_int(type(e), int(a), int(b))
+            return None if v is None else Const(_wrap(v, d), d)
+        case CmpOp(Const(a), Const(b)):
+            return Const(_CMP[type(e)](a, b), e.dtype)
+        case Not(Const(a)):
+            return Const(not a, e.dtype)
+    return None
+
+
+def rule_add_zero(e: Expr) -> Expr | None:
+    match e:
+        case Add(x, Const(0)) | Add(Const(0), x) if not e.dtype.is_float:
+            return x
+        case Sub(x, Const(0)) if not e.dtype.is_float:
+            return x
+        case Add(x, Const(c)) | Add(Const(c), x) if e.dtype.is_float and c == 0 and \
+                math.copysign(1.0, c) < 0:
+            return x  # x + (-0.0) == x for every x, including -0.0
+    return None
+
+
+def rule_mul_one(e: Expr) -> Expr | None:
+    match e:
+        case Mul(x, Const(1)) | Mul(Const(1), x):
+            return x
+        case Mul(_, Const(0)) | Mul(Const(0), _) if not e.dtype.is_float:
+            return Const(0, e.dtype)
+        case FloorDiv(x, Const(1)) if not e.dtype.is_float:
+            return x
+        case FloorMod(_, Const(1)) if not e.dtype.is_float:
+            return Const(0, e.dtype)
+        case Div(x, Const(1)):
+            return x
+    return None
+
+
+def rule_reassociate_consts(e: Expr) -> Expr | None:
+    """(x + a) + b -> x + (a + b) and constants to the right, for integers."""
+    if e.dtype.is_float:
+        return None
+    match e:
+        case Add(Const() as c, x) if not isinstance(x, Const):
+            return Add(x, c, e.dtype)
+        case Mul(Const() as c, x) if not isinstance(x, Const):
+            return Mul(x, c, e.dtype)
+        case Add(Add(x, Const(a)), Const(b)):
+            return Add(x, Const(_wrap(a + b, e.dtype), e.dtype), e.dtype)
+        case Sub(Add(x, Const(a)), Const(b)):
+            return Add(x, Const(_wrap(a - b, e.dtype), e.dtype), e.dtype)
+        case Add(Sub(x, Const(a)), Const(b)):
+            return Add(x, Const(_wrap(b - a, e.dtype), e.dtype), e.dtype)
+        case Mul(Mul(x, Const(a)), Const(b)):
+            return Mul(x, Const(_wrap(a * b, e.dtype), e.dtype), e.dtype)
+        case Add(x, Const(c)) if c < 0 and not e.dtype.is_unsigned and -c <= 2**62:
+            return Sub(x, Const(-c, e.dtype), e.dtype)
+    return None
+
+
+def rule_logic(e: Expr) -> Expr | None:
+    match e:
+        case And(Const(True), x) | And(x, Const(True)):
+            return x
+        case And(Const(False), _) | And(_, Const(False)):
+            return Const(False, e.dtype)
+        case Or(Const(False), x) | Or(x, Const(False)):
+            return x
+        case Or(Const(True), _) | Or(_, Const(True)):
+            return Const(True, e.dtype)
+        case Not(Not(x)):
+            return x
+        case Select(Const(c), t, f):
+            return t if c else f
+    return None
+
+
+SIMPLIFY = (rule_fold_consts, rule_add_zero, rule_mul_one, rule_reassociate_consts, rule_logic)
+
+
+def apply_rules(e: Expr, rules=SIMPLIFY) -> Expr | None:
+    """Apply the first matching rule repeatedly at the root; None if none matched."""
+    changed = False
+    for _ in range(64):
+        for rule in rules:
+            out = rule(e)
+            if out is not None:
+                e, changed = out, True
+                break
+        else:
+            break
+    return e if changed else None
+
+
+def simplify(e: Expr, rules=SIMPLIFY) -> Expr:
+    """Simplify bottom-up with `rules` until nothing matches."""
+    def fn(x: Expr) -> Expr | None:
+        out = apply_rules(x, rules)
+        if out is None:
+            return None
+        return simplify(out, rules) if out.children else out
+
+    return map_expr(e, fn)
+
+
+def simplify_stmt(s: Stmt) -> Stmt:
+    return map_stmt(s, simplify)

@@ -1,0 +1,101 @@
+"""Loop statements: what isl's AST becomes and what the backends read."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from .dtype import DType
+from .expr import Expr, Var
+
+
+class LoopKind(enum.Enum):
+    SERIAL = "serial"
+    PARALLEL = "parallel"
+    VECTORIZED = "vectorized"
+    UNROLLED = "unrolled"
+    GPU_BLOCK = "gpu_block"
+    GPU_THREAD = "gpu_thread"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Buffer:
+    """A region of memory: an argument tensor or an allocation. Identity matters, not name."""
+
+    name: str
+    shape: tuple[Expr, ...]
+    dtype: DType
+    scope: str = "global"
+
+    def __repr__(self) -> str:
+        return f"Buffer({self.name}, {self.dtype}, {list(self.shape)}, {self.scope})"
+
+
+class Stmt:
+    __slots__ = ()
+
+    def __str__(self) -> str:
+        from .printer import stmt_str
+
+        return stmt_str(self)
+
+    __repr__ = __str__
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class For(Stmt):
+    """for var in range(min, min + extent): body."""
+
+    var: Var
+    min: Expr
+    extent: Expr
+    body: Stmt
+    kind: LoopKind = LoopKind.SERIAL
+    thread_tag: str = ""
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Store(Stmt):
+    buffer: Buffer
+    indices: tuple[Expr, ...]
+    value: Expr
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Allocate(Stmt):
+    """`buffer` exists (uninitialised) while `body` runs."""
+
+    buffer: Buffer
+    body: Stmt
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class If(Stmt):
+    cond: Expr
+    then_body: Stmt
+    else_body: Stmt | None = None
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Let(Stmt):
+    """Evaluate `value` once, name it `var` inside `body`."""
+
+    var: Var
+    value: Expr
+    body: Stmt
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Seq(Stmt):
+    stmts: tuple[Stmt, ...]
+
+
+def seq(stmts) -> Stmt:
+    """A Seq of the statements, flattening nested Seqs; one statement stays itself."""
+    out: list[Stmt] = []
+    for s in stmts:
+        if isinstance(s, Seq):
+            out.extend(s.stmts)
+        elif s is not None:
+            out.append(s)
+    return out[0] if len(out) == 1 else Seq(tuple(out))

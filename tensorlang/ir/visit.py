@@ -1,0 +1,104 @@
+"""Generic traversal: rebuild nodes with new children, substitute variables, collect nodes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from .expr import (
+    And, BinaryOp, Call, Cast, CmpOp, Const, Expr, Load, Not, Or, Select, Var, binary, cast,
+    compare, select,
+)
+from .stmt import Allocate, For, If, Let, Seq, Stmt, Store
+
+
+def rebuild(e: Expr, kids: tuple[Expr, ...]) -> Expr:
+    """`e` with its children replaced by `kids` (same order as `e.children`); types re-promoted."""
+    if isinstance(e, BinaryOp):
+        return binary(type(e), kids[0], kids[1])
+    if isinstance(e, CmpOp):
+        return compare(type(e), kids[0], kids[1])
+    if isinstance(e, (And, Or)):
+        return type(e)(kids[0], kids[1])
+    if isinstance(e, Not):
+        return Not(kids[0])
+    if isinstance(e, Select):
+        return select(*kids)
+    if isinstance(e, Cast):
+        return cast(e.dtype, kids[0])
+    if isinstance(e, Call):
+        return Call(e.name, tuple(kids), e.dtype)
+    if isinstance(e, Load):
+        return Load(e.buffer, tuple(kids))
+    if isinstance(e, (Var, Const)):
+        return e
+    custom = getattr(e, "rebuild", None)
+    if custom is None:
+        raise TypeError(f"cannot rebuild {type(e).__name__}")
+    return custom(kids)
+
+
+def map_expr(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
+    """Post-order rewrite: children first, then `fn` on the rebuilt node (None = keep)."""
+    kids = e.children
+    if kids:
+        new = tuple(map_expr(k, fn) for k in kids)
+        if any(n is not k for n, k in zip(new, kids)):
+            e = rebuild(e, new)
+    out = fn(e)
+    return e if out is None else out
+
+
+def substitute(e: Expr, mapping: dict[str, Expr]) -> Expr:
+    """Replace variables by name."""
+    if not mapping:
+        return e
+
+    def fn(x: Expr) -> Expr | None:
+        return mapping.get(x.name) if isinstance(x, Var) else None
+
+    return map_expr(e, fn)
+
+
+def walk(e: Expr) -> Iterator[Expr]:
+    """Every node of `e`, parents before children."""
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        yield x
+        stack.extend(reversed(x.children))
+
+
+def free_vars(e: Expr) -> set[str]:
+    return {x.name for x in walk(e) if isinstance(x, Var)}
+
+
+def map_stmt(s: Stmt, fexpr: Callable[[Expr], Expr]) -> Stmt:
+    """Apply `fexpr` to every expression of a statement tree."""
+    if isinstance(s, For):
+        return For(s.var, fexpr(s.min), fexpr(s.extent), map_stmt(s.body, fexpr), s.kind,
+                   s.thread_tag)
+    if isinstance(s, Store):
+        return Store(s.buffer, tuple(fexpr(i) for i in s.indices), fexpr(s.value))
+    if isinstance(s, Seq):
+        return Seq(tuple(map_stmt(x, fexpr) for x in s.stmts))
+    if isinstance(s, If):
+        return If(fexpr(s.cond), map_stmt(s.then_body, fexpr),
+                  None if s.else_body is None else map_stmt(s.else_body, fexpr))
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, map_stmt(s.body, fexpr))
+    if isinstance(s, Let):
+        return Let(s.var, fexpr(s.value), map_stmt(s.body, fexpr))
+    raise TypeError(f"unknown statement {type(s).__name__}")
+
+
+def walk_stmt(s: Stmt) -> Iterator[Stmt]:
+    yield s
+    if isinstance(s, For | Allocate | Let):
+        yield from walk_stmt(s.body)
+    elif isinstance(s, Seq):
+        for x in s.stmts:
+            yield from walk_stmt(x)
+    elif isinstance(s, If):
+        yield from walk_stmt(s.then_body)
+        if s.else_body is not None:
+            yield from walk_stmt(s.else_body)

@@ -1,0 +1,246 @@
+"""Statement times from stage states, isl's AST builder, and the AST's translation to loop IR.
+
+Every statement's time is `[stage, b0, l0, b1, l1, ...]`: `stage` orders stages, `l*` are the
+stage's loops and `b*` are constants that order statements sharing a loop prefix (a
+reduction's init gets b = 0 before the loop that first involves a reduce axis, its update
+b = 1). Constant dimensions produce no loops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+
+from ..errors import TensorlangError
+from ..ir.dtype import int64
+from ..ir.expr import (
+    EQ, GE, GT, LE, LT, Add, And, Const, Expr, FloorDiv, FloorMod, Max, Min, Mul, Or, Sub, Var,
+    binary, compare, select,
+)
+from ..ir.simplify import simplify
+from ..ir.stmt import For, If, Let, LoopKind, Stmt, seq
+from ..ir.visit import map_stmt, substitute
+from .model import Loop, StageState, Statement
+
+
+@dataclass(frozen=True)
+class TimedStatement:
+    """A statement with its time map and the loops (names, tags) its time dims stand for."""
+
+    stmt: Statement
+    time: isl.Map
+    loops: tuple[Loop, ...]
+
+
+def depends_on_reduce(state: StageState, d: int) -> bool:
+    """Whether loop d's value changes with the reduce axes (for fixed spatial axes)."""
+    m = state.sched
+    n = m.dim(isl.dim_type.out)
+    m = m.project_out(isl.dim_type.out, d + 1, n - d - 1).project_out(isl.dim_type.out, 0, d)
+    nred = len(state.axes) - state.n_spatial
+    return not m.project_out(isl.dim_type.in_, state.n_spatial, nred).is_single_valued()
+
+
+def _reduce_cut(state: StageState) -> int:
+    """Index of the first loop whose value depends on a reduce axis."""
+    for d in range(len(state.loops)):
+        if depends_on_reduce(state, d):
+            return d
+    return len(state.loops)
+
+
+def _interleave(n_loops: int, pos: int, width: int, cut: int | None, name: str) -> isl.Map:
+    """{ [l0..l(n-1)] -> [pos, b0, l0, ..., b(width-1), l(width-1)] } with b_cut = 1."""
+    ls = [f"l{d}" for d in range(n_loops)]
+    out = [str(pos)]
+    for d in range(width):
+        out.append("1" if cut is not None and d == cut else "0")
+        out.append(ls[d] if d < n_loops else "0")
+    return isl.Map(f"{{ [{', '.join(ls)}] -> {name}[{', '.join(out)}] }}")
+
+
+def statement_times(states: dict[str, StageState], statements: list[Statement],
+                    order: list[str]) -> list[TimedStatement]:
+    width = max((len(states[s].loops) for s in order), default=0)
+    out = []
+    for st in statements:
+        state = states[st.stage]
+        pos = order.index(st.stage)
+        sched = state.sched
+        loops = state.loops
+        if not state.is_reduction:
+            time = sched.set_tuple_name(isl.dim_type.in_, st.name).apply_range(
+                _interleave(len(loops), pos, width, None, "T"))
+            out.append(TimedStatement(st, time, loops))
+            continue
+        cut = _reduce_cut(state)
+        if not st.is_init:
+            time = sched.set_tuple_name(isl.dim_type.in_, st.name).apply_range(
+                _interleave(len(loops), pos, width, cut, "T"))
+            out.append(TimedStatement(st, time, loops))
+            continue
+        # init: the loops before the cut, then the later loops that involve no reduce axis
+        nred = len(state.axes) - state.n_spatial
+        keep = [d for d in range(len(loops)) if d < cut or not depends_on_reduce(state, d)]
+        m = sched
+        for d in reversed(range(len(loops))):
+            if d not in keep:
+                m = m.project_out(isl.dim_type.out, d, 1)
+        m = m.project_out(isl.dim_type.in_, state.n_spatial, nred)
+        m = m.set_tuple_name(isl.dim_type.in_, st.name)
+        if not m.is_injective():
+            raise NotImplementedError(
+                f"stage {st.stage}: a loop mixes spatial and reduce axes after the reduction's "
+                "first loop, so its initialisation cannot be placed; reorder the spatial loops "
+                "outside the reduce loops"
+            )
+        time = m.apply_range(_interleave(len(keep), pos, width, None, "T"))
+        # init's loops keep their positions before the cut; later ones move up
+        init_loops = tuple(loops[d] for d in keep)
+        out.append(TimedStatement(st, time, init_loops))
+    return out
+
+
+# -------------------------------------------------------------------------- AST -> IR
+_OPS = {
+    isl.ast_expr_op_type.add: Add, isl.ast_expr_op_type.sub: Sub, isl.ast_expr_op_type.mul: Mul,
+    isl.ast_expr_op_type.fdiv_q: FloorDiv, isl.ast_expr_op_type.pdiv_q: FloorDiv,
+    isl.ast_expr_op_type.div: FloorDiv, isl.ast_expr_op_type.pdiv_r: FloorMod,
+    isl.ast_expr_op_type.zdiv_r: FloorMod, isl.ast_expr_op_type.min: Min,
+    isl.ast_expr_op_type.max: Max,
+}
+_CMPS = {isl.ast_expr_op_type.eq: EQ, isl.ast_expr_op_type.le: LE, isl.ast_expr_op_type.lt: LT,
+         isl.ast_expr_op_type.ge: GE, isl.ast_expr_op_type.gt: GT}
+_LOGIC = {isl.ast_expr_op_type.and_: And, isl.ast_expr_op_type.and_then: And,
+          isl.ast_expr_op_type.or_: Or, isl.ast_expr_op_type.or_else: Or}
+
+
+class _Translator:
+    def __init__(self, timed: list[TimedStatement], params: dict[str, Var]):
+        self.by_name = {t.stmt.name: t for t in timed}
+        self.params = params
+        self.env: dict[str, Var] = {}  # isl iterator -> loop variable
+
+    def expr(self, e: isl.AstExpr) -> Expr:
+        t = e.get_type()
+        if t == isl.ast_expr_type.int:
+            return Const(e.get_val().to_python(), int64)
+        if t == isl.ast_expr_type.id:
+            name = e.get_id().get_name()
+            if name in self.env:
+                return self.env[name]
+            if name in self.params:
+                return self.params[name]
+            raise TensorlangError(f"internal: unknown isl identifier {name}")
+        op = e.get_op_type()
+        args = [self.expr(e.get_op_arg(i)) for i in range(e.get_op_n_arg())]
+        if op in _OPS:
+            out = args[0]
+            for a in args[1:]:
+                out = binary(_OPS[op], out, a)
+            return out
+        if op == isl.ast_expr_op_type.minus:
+            return binary(Sub, Const(0, int64), args[0])
+        if op in _CMPS:
+            return compare(_CMPS[op], args[0], args[1])
+        if op in _LOGIC:
+            return _LOGIC[op](args[0], args[1])
+        if op in (isl.ast_expr_op_type.select, isl.ast_expr_op_type.cond):
+            return select(args[0], args[1], args[2])
+        raise TensorlangError(f"internal: unsupported isl AST operation {op}")
+
+    def first_user(self, node: isl.AstNode) -> TimedStatement | None:
+        found: list[TimedStatement] = []
+
+        def visit(n: isl.AstNode) -> bool:
+            if found:
+                return False
+            if n.get_type() == isl.ast_node_type.user:
+                name = n.user_get_expr().get_op_arg(0).get_id().get_name()
+                found.append(self.by_name[name])
+                return False
+            return True
+
+        node.foreach_descendant_top_down(visit)
+        return found[0] if found else None
+
+    def loop_info(self, iterator: str, body: isl.AstNode) -> Loop:
+        k = int(iterator[1:])  # "t<k>": time dim k; loop dims are at even k >= 2
+        ts = self.first_user(body)
+        li = k // 2 - 1
+        if ts is None or k % 2 or li >= len(ts.loops):
+            return Loop(f"c{k}")
+        return ts.loops[li]
+
+    def unique(self, name: str) -> str:
+        used = {v.name for v in self.env.values()}
+        if name not in used and name not in self.params:
+            return name
+        n = 1
+        while f"{name}_{n}" in used or f"{name}_{n}" in self.params:
+            n += 1
+        return f"{name}_{n}"
+
+    def node(self, n: isl.AstNode) -> Stmt:
+        t = n.get_type()
+        if t == isl.ast_node_type.block:
+            kids = n.block_get_children()
+            return seq(self.node(kids.get_at(i)) for i in range(kids.n_ast_node()))
+        if t == isl.ast_node_type.for_:
+            it = n.for_get_iterator().get_id().get_name()
+            info = self.loop_info(it, n.for_get_body())
+            v = Var(self.unique(info.name.replace(".", "_")), int64)
+            init = self.expr(n.for_get_init())
+            saved = self.env.get(it)
+            self.env[it] = v
+            try:
+                if n.for_is_degenerate():
+                    return Let(v, simplify(init), self.node(n.for_get_body()))
+                inc = n.for_get_inc()
+                if inc.get_type() != isl.ast_expr_type.int or inc.get_val().to_python() != 1:
+                    raise TensorlangError("internal: isl produced a loop with a stride")
+                cond = n.for_get_cond()
+                op = cond.get_op_type()
+                ub = self.expr(cond.get_op_arg(1))
+                extent = ub - init + 1 if op == isl.ast_expr_op_type.le else ub - init
+                body = self.node(n.for_get_body())
+                return For(v, simplify(init), simplify(extent), body, info.kind, info.thread_tag)
+            finally:
+                if saved is None:
+                    del self.env[it]
+                else:
+                    self.env[it] = saved
+        if t == isl.ast_node_type.if_:
+            cond = simplify(self.expr(n.if_get_cond()))
+            then = self.node(n.if_get_then_node())
+            other = self.node(n.if_get_else_node()) if n.if_has_else_node() else None
+            return If(cond, then, other)
+        if t == isl.ast_node_type.user:
+            call = n.user_get_expr()
+            ts = self.by_name[call.get_op_arg(0).get_id().get_name()]
+            args = [self.expr(call.get_op_arg(i + 1)) for i in range(call.get_op_n_arg() - 1)]
+            mapping = dict(zip(ts.stmt.dims, args))
+            mapping.update({p: v for p, v in self.params.items() if p not in mapping})
+            return map_stmt(ts.stmt.body, lambda e: simplify(substitute(e, mapping)))
+        raise TensorlangError(f"internal: unsupported isl AST node {t}")
+
+
+def generate_loops(timed: list[TimedStatement], context: isl.Set,
+                   params: dict[str, Var]) -> Stmt:
+    """Build the loop nest of all statements with isl's AST builder and translate it."""
+    if not timed:
+        return seq([])
+    union = isl.UnionMap.from_map(timed[0].time)
+    for ts in timed[1:]:
+        union = union.union(isl.UnionMap.from_map(ts.time))
+    width = timed[0].time.dim(isl.dim_type.out)
+    ids = isl.IdList.alloc(context.get_ctx(), width)
+    for k in range(width):
+        ids = ids.add(isl.Id(f"t{k}"))
+    build = isl.AstBuild.from_context(context).set_iterators(ids)
+    root = build.node_from_schedule_map(union)
+    return _Translator(timed, params).node(root)
+
+
+__all__ = ["TimedStatement", "statement_times", "generate_loops", "LoopKind"]

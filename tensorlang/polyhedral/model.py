@@ -1,0 +1,246 @@
+"""The isl model of a program: statements with domains, accesses and schedule state.
+
+Each compute stage becomes one statement (`C[i, j]`), or two for a reduction: `C_init[i, j]`
+writes the identity and `C_update[i, j, k]` combines one more value. Symbolic sizes are isl
+parameters. A stage's schedule state (`StageState`) is an isl map from its full domain to its
+loops; schedule primitives are edits of that map, and statement times are derived from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import islpy as isl
+
+from ..errors import TensorlangError
+from ..ir.dtype import bool_, int64
+from ..ir.expr import Const, Expr, Load, Select, Var
+from ..ir.stmt import Buffer, If, Let, LoopKind, Stmt, Store, seq
+from ..ir.visit import free_vars, walk
+from ..te.reduce import Reduce
+from ..te.tensor import ComputeOp, IterVar, Tensor
+from .affine import affine_str, condition_set
+
+
+@dataclass(frozen=True)
+class Loop:
+    """One loop of a stage (a schedule dimension) with its tag."""
+
+    name: str
+    kind: LoopKind = LoopKind.SERIAL
+    thread_tag: str = ""
+
+
+@dataclass(frozen=True)
+class StageState:
+    """The polyhedral state of one stage, edited by schedule primitives.
+
+    `sched` maps the stage's full domain (spatial axes, then reduce axes) to its loops, outer
+    first; output dimension d of `sched` is loop `loops[d]`.
+    """
+
+    stage: str
+    axes: tuple[str, ...]
+    n_spatial: int
+    domain: isl.Set
+    loops: tuple[Loop, ...]
+    sched: isl.Map
+    trace: tuple[str, ...] = field(default=())
+
+    @property
+    def is_reduction(self) -> bool:
+        return len(self.axes) > self.n_spatial
+
+    def loop_index(self, name: str) -> int:
+        for d, lp in enumerate(self.loops):
+            if lp.name == name:
+                return d
+        raise KeyError(name)
+
+    def with_loops(self, loops, sched: isl.Map, note: str) -> StageState:
+        return replace(self, loops=tuple(loops), sched=sched, trace=self.trace + (note,))
+
+
+def identity_state(stage: str, op: ComputeOp, params: str) -> StageState:
+    """The declared order: spatial axes outer to inner, then reduce axes."""
+    axes = tuple(a.name for a in op.axis) + tuple(a.name for a in op.reduce_axis)
+    domain = stage_domain(stage, op, params)
+    names = ", ".join(axes)
+    sched = isl.Map(f"[{params}] -> {{ {stage}[{names}] -> [{names}] }}").intersect_domain(domain)
+    return StageState(stage, axes, len(op.axis), domain, tuple(Loop(a) for a in axes), sched)
+
+
+def _bound(e: Expr, who: str) -> str:
+    s = affine_str(e)
+    if s is None:
+        raise NotImplementedError(
+            f"{who}: extent {e} is not affine in the size variables; tensorlang's isl model "
+            "needs sums of constant multiples of tl.var sizes"
+        )
+    return s
+
+
+def stage_domain(stage: str, op: ComputeOp, params: str) -> isl.Set:
+    axes: list[IterVar] = list(op.axis) + list(op.reduce_axis)
+    conds = []
+    for a in axes:
+        lo = _bound(a.min, f"stage {stage} axis {a.name}")
+        ext = _bound(a.extent, f"stage {stage} axis {a.name}")
+        conds.append(f"{lo} <= {a.name} < {lo} + {ext}")
+    names = ", ".join(a.name for a in axes)
+    body = " and ".join(conds) if conds else "1 = 1"
+    return isl.Set(f"[{params}] -> {{ {stage}[{names}] : {body} }}")
+
+
+# ---------------------------------------------------------------------------- statements
+@dataclass(frozen=True)
+class Statement:
+    """One isl statement: `body` is an IR statement over the domain's variables."""
+
+    name: str
+    stage: str
+    dims: tuple[str, ...]
+    domain: isl.Set
+    body: Stmt
+    is_init: bool = False
+
+
+def stage_statements(stage: str, op: ComputeOp, state: StageState,
+                     accumulators: tuple[object, ...]) -> list[Statement]:
+    """The statements of one compute stage.
+
+    `accumulators` are the buffers a reduction keeps its running values in; the one at
+    `value_index` is the stage's output tensor.
+    """
+    spatial = tuple(a.name for a in op.axis)
+    idx = tuple(a.var for a in op.axis)
+    body = op.body
+    if not isinstance(body, Reduce):
+        return [Statement(stage, stage, spatial, state.domain, Store(op.output, idx, body))]
+    comb = body.combiner
+    inits = seq(Store(acc, idx, ident) for acc, ident in zip(accumulators, comb.identity))
+    init_dom = state.domain.project_out(isl.dim_type.set, len(spatial),
+                                        len(state.axes) - len(spatial))
+    init_dom = init_dom.set_tuple_name(f"{stage}_init")
+    old = tuple(Load(acc, idx) for acc in accumulators)
+    new = comb.combine(old, body.source)
+    temps = tuple(Var(f"{op.name}_v{j}" if len(new) > 1 else f"{op.name}_v", e.dtype)
+                  for j, e in enumerate(new))
+    if len(new) == 1:
+        update: Stmt = Store(accumulators[0], idx, new[0])
+    else:  # every new value is computed from the old ones before any is stored
+        update = seq(Store(acc, idx, t) for acc, t in zip(accumulators, temps))
+        for t, e in reversed(list(zip(temps, new))):
+            update = Let(t, e, update)
+    if not (isinstance(body.where, Const) and body.where.value):
+        update = If(body.where, update)
+    upd_dom = state.domain.set_tuple_name(f"{stage}_update")
+    return [Statement(f"{stage}_init", stage, spatial, init_dom, inits, is_init=True),
+            Statement(f"{stage}_update", stage, state.axes, upd_dom, update)]
+
+
+# ----------------------------------------------------------------------------- accesses
+@dataclass
+class Access:
+    """A read of `buffer` at `indices` under `guard` (a bool expression or None)."""
+
+    buffer: object
+    indices: tuple[Expr, ...]
+    guard: tuple[Expr, ...]
+    affine: bool
+
+
+def statement_reads(st: Statement) -> list[Access]:
+    """Every load of a statement with the conditions under which it is evaluated."""
+    out: list[Access] = []
+
+    def visit(e: Expr, guard: tuple[Expr, ...]) -> None:
+        if isinstance(e, Select):
+            visit(e.cond, guard)
+            visit(e.true_value, guard + (e.cond,))
+            visit(e.false_value, guard + (~e.cond,))
+            return
+        if isinstance(e, Load):
+            aff = all(affine_str(i) is not None for i in e.indices)
+            out.append(Access(e.buffer, e.indices, guard, aff))
+        for k in e.children:
+            visit(k, guard)
+
+    def visit_stmt(s: Stmt, guard: tuple[Expr, ...]) -> None:
+        if isinstance(s, Store):
+            for i in s.indices:
+                visit(i, guard)
+            visit(s.value, guard)
+        elif isinstance(s, Let):
+            visit(s.value, guard)
+            visit_stmt(s.body, guard)
+        elif isinstance(s, If):
+            visit(s.cond, guard)
+            visit_stmt(s.then_body, guard + (s.cond,))
+            if s.else_body is not None:
+                visit_stmt(s.else_body, guard + (~s.cond,))
+        else:
+            for k in getattr(s, "stmts", ()):
+                visit_stmt(k, guard)
+
+    visit_stmt(st.body, ())
+    return out
+
+
+def statement_writes(st: Statement) -> list[tuple[object, tuple[Expr, ...]]]:
+    from ..ir.visit import walk_stmt
+
+    return [(s.buffer, s.indices) for s in walk_stmt(st.body) if isinstance(s, Store)]
+
+
+def access_map(st: Statement, buffer, indices, guard, params: str, bufname: str,
+               box: isl.Set) -> isl.Map:
+    """isl relation statement -> buffer element; the whole buffer when not affine."""
+    dims = ", ".join(st.dims)
+    idx = [affine_str(i) for i in indices]
+    if any(i is None for i in idx):
+        m = isl.Map(f"[{params}] -> {{ {st.name}[{dims}] -> {bufname}[{', '.join(f'a{d}' for d in range(len(indices)))}] }}")
+        return m.intersect_domain(st.domain).intersect_range(box)
+    m = isl.Map(f"[{params}] -> {{ {st.name}[{dims}] -> {bufname}[{', '.join(idx)}] }}")
+    dom = st.domain
+    for g in guard:
+        cs = condition_set(g, f"{st.name}[{dims}]", params)
+        if cs is not None:
+            dom = dom.intersect(cs)
+    return m.intersect_domain(dom)
+
+
+def buffer_box(bufname: str, shape: tuple[Expr, ...], params: str) -> isl.Set:
+    names = [f"a{d}" for d in range(len(shape))]
+    conds = [f"0 <= {n} < {_bound(s, f'buffer {bufname}')}" for n, s in zip(names, shape)]
+    body = " and ".join(conds) if conds else "1 = 1"
+    return isl.Set(f"[{params}] -> {{ {bufname}[{', '.join(names)}] : {body} }}")
+
+
+def params_of(exprs) -> list[str]:
+    """Names of the size/scalar variables used in `exprs`, in first-use order."""
+    seen: dict[str, None] = {}
+    for e in exprs:
+        for x in walk(e):
+            if isinstance(x, Var):
+                seen.setdefault(x.name, None)
+    return list(seen)
+
+
+def accumulator_buffers(op: ComputeOp) -> tuple[object, ...]:
+    """The running values of a reduction: the output tensor and internal buffers for the rest."""
+    body = op.body
+    if not isinstance(body, Reduce):
+        return (op.output,)
+    out = []
+    for j, ident in enumerate(body.combiner.identity):
+        if j == body.value_index:
+            out.append(op.output)
+        else:
+            out.append(Buffer(f"{op.name}_acc{j}", op.output.shape, ident.dtype))
+    return tuple(out)
+
+
+__all__ = ["Loop", "StageState", "Statement", "identity_state", "stage_statements",
+           "statement_reads", "statement_writes", "access_map", "buffer_box", "params_of",
+           "accumulator_buffers", "Tensor", "TensorlangError", "bool_", "int64", "free_vars"]

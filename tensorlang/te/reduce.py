@@ -1,0 +1,170 @@
+"""Reductions: commutative reducers (sum, max, min, prod, user-defined) and argmax/argmin."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..errors import TensorlangError
+from ..ir.dtype import DType, as_dtype
+from ..ir.expr import (
+    Call, Const, Expr, Max, Min, Select, Var, binary, cast, const, select,
+)
+from ..ir.visit import substitute
+from .tensor import IterVar, to_expr
+
+
+@dataclass(frozen=True, eq=False)
+class CommReducer:
+    """combine(lhs, rhs) -> result over tuples of values, with an identity element each.
+
+    `lhs` and `rhs` are variables standing for the accumulator and the new value; `result`
+    is written in terms of them. The combiner must be associative and commutative: schedules
+    may reorder the updates of a reduction.
+    """
+
+    name: str
+    lhs: tuple[Var, ...]
+    rhs: tuple[Var, ...]
+    result: tuple[Expr, ...]
+    identity: tuple[Expr, ...]
+
+    def combine(self, acc: tuple[Expr, ...], value: tuple[Expr, ...]) -> tuple[Expr, ...]:
+        m = {v.name: a for v, a in zip(self.lhs, acc)}
+        m.update({v.name: b for v, b in zip(self.rhs, value)})
+        return tuple(substitute(r, m) for r in self.result)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Reduce(Expr):
+    """combiner over `axis` of `source` (where `where` holds); the value is result[value_index]."""
+
+    combiner: CommReducer
+    source: tuple[Expr, ...]
+    axis: tuple[IterVar, ...]
+    where: Expr
+    value_index: int
+    dtype: DType
+
+    def rebuild(self, kids: tuple[Expr, ...]) -> Reduce:
+        n = len(self.source)
+        return Reduce(self.combiner, tuple(kids[:n]), self.axis, kids[n], self.value_index,
+                      self.dtype)
+
+    def _print(self, fmt) -> str:
+        axes = ", ".join(a.name for a in self.axis)
+        src = ", ".join(fmt(s) for s in self.source)
+        where = "" if isinstance(self.where, Const) and self.where.value else \
+            f", where={fmt(self.where)}"
+        return f"{self.combiner.name}({src}, axis=[{axes}]{where})"
+
+
+def _axes(axis, who: str) -> tuple[IterVar, ...]:
+    axes = axis if isinstance(axis, (list, tuple)) else [axis]
+    if not axes:
+        raise TensorlangError(f"{who}: axis must name at least one reduce_axis")
+    for a in axes:
+        if not isinstance(a, IterVar) or a.kind != IterVar.REDUCE:
+            raise TensorlangError(
+                f"{who}: axis must be tl.reduce_axis(...) (or a list of them), got {a!r}"
+            )
+    if len({a.name for a in axes}) != len(axes):
+        raise TensorlangError(f"{who}: the same axis is listed twice")
+    return tuple(axes)
+
+
+def _where(where, who: str) -> Expr:
+    if where is None:
+        return Const(True, DType("bool"))
+    w = to_expr(where, f"{who} where")
+    if not w.dtype.is_bool:
+        raise TensorlangError(f"{who}: where= must be a bool expression, got {w.dtype}")
+    return w
+
+
+def comm_reducer(fcombine: Callable, fidentity, name: str = "reduce") -> Callable:
+    """Make a reducer from a combine function and an identity.
+
+    `fidentity` is a function of the dtype (``lambda t: tl.const(0, t)``) or a number.
+    The returned reducer is called as ``r(expr, axis=k, where=None)``.
+    """
+    if not callable(fcombine):
+        raise TensorlangError("comm_reducer: fcombine must be a function of (x, y)")
+
+    def reducer(expr, axis, where=None) -> Reduce:
+        who = f"{name}"
+        src = to_expr(expr, f"{who} expr")
+        d = src.dtype
+        x, y = Var("__acc", d), Var("__val", d)
+        res = to_expr(fcombine(x, y), f"{who} fcombine result")
+        ident = fidentity(d) if callable(fidentity) else fidentity
+        ident = cast(d, to_expr(ident, f"{who} identity") if isinstance(ident, Expr)
+                     else const(ident, d))
+        if not isinstance(ident, Const):
+            raise TensorlangError(f"{who}: the identity must be a constant, got {ident}")
+        comb = CommReducer(name, (x,), (y,), (cast(d, res),), (ident,))
+        return Reduce(comb, (src,), _axes(axis, who), _where(where, who), 0, d)
+
+    reducer.__name__ = name
+    return reducer
+
+
+def _builtin(name: str, fcombine, fidentity, no_bool: bool = False):
+    base = comm_reducer(fcombine, fidentity, name)
+
+    def reducer(expr, axis, where=None) -> Reduce:
+        e = to_expr(expr, f"{name} expr")
+        if no_bool and e.dtype.is_bool:
+            raise TensorlangError(f"{name}: cannot reduce bool values; use .astype('int32')")
+        return base(e, axis, where)
+
+    reducer.__name__ = name
+    reducer.__doc__ = f"tl.{name}(expr, axis, where=None): {name} over the reduce axes."
+    return reducer
+
+
+sum = _builtin("sum", lambda x, y: x + y, lambda t: const(0, t), no_bool=True)  # noqa: A001
+prod = _builtin("prod", lambda x, y: x * y, lambda t: const(1, t), no_bool=True)
+max = _builtin("max", lambda x, y: binary(Max, x, y),  # noqa: A001
+               lambda t: const(t.min_value(), t))
+min = _builtin("min", lambda x, y: binary(Min, x, y),  # noqa: A001
+               lambda t: const(t.max_value(), t))
+
+
+def _arg_reducer(name: str, better):
+    def reducer(expr, axis, where=None, dtype="int32") -> Reduce:
+        who = name
+        src = to_expr(expr, f"{who} expr")
+        axes = _axes(axis, who)
+        if len(axes) != 1:
+            raise TensorlangError(f"{who}: reduces over exactly one axis, got {len(axes)}")
+        idt = as_dtype(dtype, f"{who} dtype")
+        if not idt.is_int:
+            raise TensorlangError(f"{who}: dtype must be an integer type, got {idt}")
+        d = src.dtype
+        v0, i0, v1, i1 = Var("__v0", d), Var("__i0", idt), Var("__v1", d), Var("__i1", idt)
+        # take the right pair when it is strictly better, or equal with a smaller index, so
+        # the combiner commutes and the result is numpy's first occurrence; NaN wins, as there
+        take = better(v1, v0) | ((v1 == v0) & (i1 < i0))
+        if d.is_float:
+            nan1, nan0 = Call("isnan", (v1,), DType("bool")), Call("isnan", (v0,), DType("bool"))
+            take = (nan1 & ~nan0) | (nan1 & nan0 & (i1 < i0)) | (~nan0 & take)
+        ident_v = const(d.min_value() if name == "argmax" else d.max_value(), d)
+        big = const(idt.max_value(), idt)
+        comb = CommReducer(name, (v0, i0), (v1, i1),
+                           (select(take, v1, v0), select(take, i1, i0)), (ident_v, big))
+        index = cast(idt, axes[0].var)
+        return Reduce(comb, (src, index), axes, _where(where, who), 1, idt)
+
+    reducer.__name__ = name
+    reducer.__doc__ = (f"tl.{name}(expr, axis, where=None, dtype='int32'): the index along "
+                       "`axis` of the first extreme value (numpy's convention; NaN counts as "
+                       "extreme). Where no point satisfies `where`, the result is dtype's max.")
+    return reducer
+
+
+argmax = _arg_reducer("argmax", lambda a, b: a > b)
+argmin = _arg_reducer("argmin", lambda a, b: a < b)
+
+__all__ = ["CommReducer", "Reduce", "comm_reducer", "sum", "prod", "max", "min", "argmax",
+           "argmin", "Select"]

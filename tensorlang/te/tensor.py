@@ -1,0 +1,311 @@
+"""Tensors, iteration variables and the operations that produce tensors."""
+
+from __future__ import annotations
+
+import inspect
+
+from ..errors import TensorlangError
+from ..ir.dtype import DType, as_dtype, int32
+from ..ir.expr import Const, Expr, Load, ReduceVar, Var, as_expr
+from ..ir.visit import free_vars, walk
+
+
+def var(name: str = "n", dtype: str | DType = "int32") -> Var:
+    """A symbolic size or scalar parameter, bound from the arguments' shapes at call time."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise TensorlangError(f"var: name must be an identifier, got {name!r}")
+    d = as_dtype(dtype, "var dtype")
+    if not d.is_int:
+        raise TensorlangError(f"var: dtype must be an integer type, got {d}")
+    return Var(name, d)
+
+
+class IterVar:
+    """An axis of a stage: a variable with a range [min, min + extent) and a kind.
+
+    It can be used like an expression inside compute bodies (it stands for its variable).
+    """
+
+    SPATIAL = "spatial"
+    REDUCE = "reduce"
+
+    def __init__(self, var: Var, extent: Expr, kind: str, min: Expr | None = None):
+        self.var = var
+        self.min = min if min is not None else Const(0, int32)
+        self.extent = extent
+        self.kind = kind
+
+    @property
+    def name(self) -> str:
+        return self.var.name
+
+    @property
+    def dtype(self) -> DType:
+        return self.var.dtype
+
+    def __repr__(self) -> str:
+        return f"IterVar({self.name}, range({self.min}, {self.min + self.extent}), {self.kind})"
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __eq__(self, other):
+        if isinstance(other, IterVar):
+            return self is other
+        return self.var == other
+
+    def __bool__(self) -> bool:
+        return True
+
+
+def _delegate(op: str):
+    def method(self, *args):
+        return getattr(self.var, op)(*args)
+
+    method.__name__ = op
+    return method
+
+
+for _op in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
+            "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__neg__",
+            "__lt__", "__le__", "__gt__", "__ge__", "__ne__", "__pow__", "astype"):
+    setattr(IterVar, _op, _delegate(_op))
+
+
+def to_expr(value: object, argname: str = "value") -> Expr:
+    """Convert an IterVar, Expr or number into an Expr."""
+    if isinstance(value, IterVar):
+        return value.var
+    if isinstance(value, Tensor):
+        if value.ndim == 0:
+            return value[()]
+        raise TensorlangError(f"{argname}: a tensor {value.name} was used where a scalar "
+                              "expression was expected; index it, e.g. A[i]")
+    return as_expr(value)
+
+
+def reduce_axis(dom, name: str = "k") -> IterVar:
+    """A reduction axis over `dom`: an extent `n` or a range `(min, max)`."""
+    if isinstance(dom, (tuple, list)):
+        if len(dom) != 2:
+            raise TensorlangError(f"reduce_axis: dom must be (min, max) or an extent, got {dom}")
+        lo, hi = to_expr(dom[0], "reduce_axis dom"), to_expr(dom[1], "reduce_axis dom")
+    else:
+        lo, hi = Const(0, int32), to_expr(dom, "reduce_axis dom")
+    for b in (lo, hi):
+        if not b.dtype.is_int:
+            raise TensorlangError(f"reduce_axis: bounds must be integers, got {b.dtype}")
+    if not isinstance(name, str) or not name.isidentifier():
+        raise TensorlangError(f"reduce_axis: name must be an identifier, got {name!r}")
+    from ..ir.simplify import simplify
+
+    extent = simplify(hi - lo)
+    if isinstance(extent, Const) and extent.value < 0:
+        raise TensorlangError(f"reduce_axis: empty range ({lo}, {hi})")
+    return IterVar(ReduceVar(name, int32), extent, IterVar.REDUCE, min=lo)
+
+
+# ------------------------------------------------------------------------------ tensors
+class Tensor:
+    """The output of an operation: a multi-dimensional array of one dtype."""
+
+    def __init__(self, op: Operation, shape: tuple[Expr, ...], dtype: DType, name: str):
+        self.op = op
+        self.shape = shape
+        self.dtype = dtype
+        self.name = name
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __getitem__(self, indices) -> Expr:
+        if not isinstance(indices, tuple):
+            indices = (indices,)
+        if len(indices) != self.ndim:
+            raise TensorlangError(
+                f"{self.name} has {self.ndim} dimensions but was indexed with {len(indices)}"
+            )
+        out = []
+        for d, ix in enumerate(indices):
+            if isinstance(ix, slice):
+                raise TensorlangError(f"{self.name}[...]: slices are not supported in tensor "
+                                      "expressions; index each element")
+            e = to_expr(ix, f"{self.name} index {d}")
+            if not e.dtype.is_int:
+                raise TensorlangError(
+                    f"{self.name} index {d} must be an integer expression, got {e.dtype}"
+                )
+            ext = self.shape[d]
+            if isinstance(e, Const) and (e.value < 0 or (isinstance(ext, Const)
+                                                         and e.value >= ext.value)):
+                raise TensorlangError(
+                    f"{self.name}: constant index {e.value} is out of range for dimension {d} "
+                    f"(extent {ext})"
+                )
+            out.append(e)
+        return Load(self, tuple(out))
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.name}, shape=({', '.join(map(str, self.shape))}), {self.dtype})"
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __eq__(self, other) -> bool:
+        return self is other
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __iter__(self):
+        raise TensorlangError(f"tensor {self.name} is not iterable; index it with [...]")
+
+
+class Operation:
+    name: str
+    output: Tensor
+
+    @property
+    def input_tensors(self) -> list[Tensor]:
+        return []
+
+
+class PlaceholderOp(Operation):
+    def __init__(self, name: str, shape: tuple[Expr, ...], dtype: DType):
+        self.name = name
+        self.output = Tensor(self, shape, dtype, name)
+        self.axis: tuple[IterVar, ...] = ()
+        self.reduce_axis: tuple[IterVar, ...] = ()
+
+    def __repr__(self) -> str:
+        return f"placeholder({self.name})"
+
+
+class ComputeOp(Operation):
+    """out[axis] = body, where body may be a Reduce over reduce_axis."""
+
+    def __init__(self, name: str, axis: tuple[IterVar, ...], body: Expr, dtype: DType):
+        from .reduce import Reduce
+
+        self.name = name
+        self.axis = axis
+        self.body = body
+        self.reduce_axis = body.axis if isinstance(body, Reduce) else ()
+        self.output = Tensor(self, tuple(a.extent for a in axis), dtype, name)
+
+    @property
+    def input_tensors(self) -> list[Tensor]:
+        seen: dict[int, Tensor] = {}
+        for e in walk(self.body):
+            if isinstance(e, Load) and isinstance(e.buffer, Tensor):
+                seen.setdefault(id(e.buffer), e.buffer)
+        return list(seen.values())
+
+    def __repr__(self) -> str:
+        return f"compute({self.name})"
+
+
+# ------------------------------------------------------------------------- constructors
+def _check_shape(shape, who: str) -> tuple[Expr, ...]:
+    if isinstance(shape, (int, Expr, IterVar)):
+        shape = (shape,)
+    if not isinstance(shape, (tuple, list)):
+        raise TensorlangError(f"{who}: shape must be a tuple of sizes, got {shape!r}")
+    out = []
+    for d, s in enumerate(shape):
+        if isinstance(s, bool) or not isinstance(s, (int, Expr, IterVar)):
+            raise TensorlangError(f"{who}: shape[{d}] must be an int or tl.var, got {s!r}")
+        e = to_expr(s)
+        if not e.dtype.is_int:
+            raise TensorlangError(f"{who}: shape[{d}] must be an integer, got {e.dtype}")
+        if isinstance(e, Const) and e.value < 0:
+            raise TensorlangError(f"{who}: shape[{d}] must be >= 0, got {e.value}")
+        out.append(e if isinstance(e, Const) and e.dtype == int32 else e)
+    return tuple(out)
+
+
+def placeholder(shape, dtype: str | DType = "float32", name: str = "placeholder") -> Tensor:
+    """An input tensor of the given shape and dtype."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise TensorlangError(f"placeholder: name must be an identifier, got {name!r}")
+    return PlaceholderOp(name, _check_shape(shape, f"placeholder {name}"),
+                         as_dtype(dtype, f"placeholder {name} dtype")).output
+
+
+def _axis_names(fcompute, ndim: int, who: str) -> list[str]:
+    try:
+        params = list(inspect.signature(fcompute).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    if params and params[0].kind is inspect.Parameter.VAR_POSITIONAL:
+        return [f"i{d}" for d in range(ndim)]
+    names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(names) != ndim:
+        raise TensorlangError(
+            f"{who}: fcompute takes {len(names)} index arguments but the shape has {ndim} "
+            "dimensions"
+        )
+    return names
+
+
+def compute(shape, fcompute, name: str = "compute") -> Tensor:
+    """A tensor whose element at each index is `fcompute(*index)`.
+
+    >>> A = placeholder((4,), name="A")
+    >>> compute((4,), lambda i: A[i] * 2.0, name="B").op.body
+    A[i] * 2.0
+    """
+    who = f"compute {name}"
+    if not isinstance(name, str) or not name.isidentifier():
+        raise TensorlangError(f"compute: name must be an identifier, got {name!r}")
+    if not callable(fcompute):
+        raise TensorlangError(f"{who}: fcompute must be callable, got {fcompute!r}")
+    shape = _check_shape(shape, who)
+    names = _axis_names(fcompute, len(shape), who)
+    if len(set(names)) != len(names):
+        raise TensorlangError(f"{who}: index names must differ, got {names}")
+    axis = tuple(IterVar(Var(n, int32), ext, IterVar.SPATIAL) for n, ext in zip(names, shape))
+    body = fcompute(*axis)
+    if isinstance(body, (tuple, list)):
+        raise NotImplementedError(f"{who}: computes with several outputs are not supported yet")
+    body = to_expr(body, f"{who} body")
+    _check_body(body, axis, shape, who)
+    return ComputeOp(name, axis, body, body.dtype).output
+
+
+def _check_body(body: Expr, axis: tuple[IterVar, ...], shape, who: str) -> None:
+    from .reduce import Reduce
+
+    spatial = {a.name for a in axis}
+    reduce_names: set[str] = set()
+    if isinstance(body, Reduce):
+        for r in body.axis:
+            if r.name in spatial or r.name in reduce_names:
+                raise TensorlangError(
+                    f"{who}: axis name {r.name!r} is used twice; give reduce_axis a distinct name"
+                )
+            reduce_names.add(r.name)
+            stray = (free_vars(r.min) | free_vars(r.extent)) & (spatial | reduce_names)
+            if stray:
+                raise NotImplementedError(
+                    f"{who}: reduce_axis {r.name} has bounds depending on {sorted(stray)}; "
+                    "non-rectangular reductions are not supported yet (use where=)"
+                )
+    for e in walk(body):
+        if isinstance(e, Reduce) and e is not body:
+            raise TensorlangError(
+                f"{who}: a reduction (tl.sum, tl.max, ...) must be the whole body of a compute; "
+                "compute it in its own stage and combine the stages"
+            )
+        if isinstance(e, ReduceVar) and e.name not in reduce_names:
+            raise TensorlangError(
+                f"{who}: reduce axis {e.name} is used outside a reduction over it; wrap the "
+                f"body in tl.sum(..., axis={e.name}) or another reducer"
+            )
+    size_vars: set[str] = set()
+    for s in shape:
+        size_vars |= free_vars(s)
+    clash = spatial & size_vars
+    if clash:
+        raise TensorlangError(f"{who}: index name(s) {sorted(clash)} clash with a size variable")
