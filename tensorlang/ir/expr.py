@@ -377,6 +377,9 @@ def as_expr(value: object, like: DType | None = None) -> Expr:
     """Make an Expr of `value`; Python scalars take a dtype fitting `like` (weak typing)."""
     if isinstance(value, Expr):
         return value
+    convert = getattr(value, "__tl_expr__", None)  # e.g. te's IterVar stands for its variable
+    if convert is not None:
+        return convert()
     if isinstance(value, (bool, int, float, np.number, np.bool_)):
         if like is not None and not isinstance(value, (np.number, np.bool_)):
             return Const(value, weak_dtype(value, like.element))
@@ -461,17 +464,22 @@ def select(cond: object, true_value: object, false_value: object) -> Expr:
 
 def power(a: object, b: object) -> Expr:
     """`a ** b`: small constant integer exponents become products; otherwise pow()."""
-    a, b = _operands(a, b)
-    if isinstance(b, Const) and not b.dtype.is_float and 0 <= b.value <= 4:
-        d = a.dtype
-        if b.value == 0:
-            return Const(1, d)
+    def small(x: object) -> int | None:
+        if isinstance(x, Const):
+            x = x.value
+        if isinstance(x, (int, float)) and not isinstance(x, bool) and float(x).is_integer():
+            return int(x) if 0 <= x <= 4 else None
+        return None
+
+    k = small(b)
+    if k is not None and isinstance(a, Expr):
+        if k == 0:
+            return Const(1, a.dtype)
         out = a
-        for _ in range(int(b.value) - 1):
+        for _ in range(k - 1):
             out = binary(Mul, out, a)
         return out
-    if isinstance(b, Const) and b.dtype.is_float and b.value in (2.0, 3.0) and a.dtype.is_float:
-        return power(a, int(b.value))
+    a, b = _operands(a, b)
     d = promote(a.dtype, b.dtype)
     if d.is_float:
         return Call("pow", (cast(d, a), cast(d, b)), d)

@@ -57,6 +57,9 @@ class IterVar:
     def __bool__(self) -> bool:
         return True
 
+    def __tl_expr__(self) -> Var:
+        return self.var
+
 
 def _delegate(op: str):
     def method(self, *args):

@@ -1,0 +1,60 @@
+"""The scalar IR: promotion, structural equality, printing, the simplifier's rules."""
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tensorlang.ir import Buffer, Const, Load, Var, simplify
+from tensorlang.ir.dtype import float32, int8, int32, int64, promote
+from tensorlang.ir.simplify import rule_add_zero, rule_fold_consts, rule_mul_one
+
+
+def test_structural_equality_and_hashing():
+    i, j = Var("i"), Var("j")
+    assert bool(i + 1 == Var("i") + 1)
+    assert not bool(i + 1 == j + 1)
+    d = {i * 2: "x"}
+    assert d[Var("i") * 2] == "x"
+
+
+def test_printer_precedence():
+    i, j = Var("i"), Var("j")
+    assert str((i + j) * 2) == "(i + j) * 2"
+    assert str(i - (j - 1)) == "i - (j - 1)"
+    assert str(i // 4 % 3) == "i // 4 % 3"
+    A = Buffer("A", (Const(4, int32),), float32)
+    assert str(Load(A, (i,)) * 2.0) == "A[i] * 2.0"
+
+
+def test_promotion_follows_numpy():
+    for a, b in [("int8", "uint8"), ("int32", "float32"), ("float16", "int16"),
+                 ("int64", "float32"), ("bool", "int8")]:
+        from tensorlang.ir.dtype import as_dtype
+
+        assert promote(as_dtype(a), as_dtype(b)).name == np.result_type(a, b).name
+
+
+def test_rules_each_match_what_they_say():
+    i = Var("i")
+    assert rule_add_zero(i + 0) is i
+    assert rule_mul_one(i * 1) is i
+    assert rule_mul_one(Var("x", float32) * 0.0) is None  # x * 0 is not 0 for NaN/inf floats
+    assert rule_fold_consts(Const(7, int32) // Const(-2, int32)).value == -4
+    assert rule_fold_consts(Const(127, int8) + Const(1, int8)).value == -128
+
+
+def test_simplify_folds_index_arithmetic():
+    i = Var("i", int64)
+    assert str(simplify(i + 1 - 1)) == "i"
+    assert str(simplify((i * 2 + 3) + 4)) == "i * 2 + 7"
+    assert str(simplify(i - 1 + 1)) == "i"
+
+
+@given(st.integers(-1000, 1000), st.integers(-1000, 1000),
+       st.sampled_from(["add", "sub", "mul", "floordiv", "mod"]))
+def test_constant_folding_matches_python_semantics(a, b, op):
+    x, y = Const(a, int64), Const(b, int64)
+    e = {"add": x + y, "sub": x - y, "mul": x * y, "floordiv": x // y, "mod": x % y}[op]
+    want = {"add": a + b, "sub": a - b, "mul": a * b,
+            "floordiv": a // b if b else 0, "mod": a % b if b else 0}[op]
+    assert simplify(e).value == want

@@ -1,0 +1,107 @@
+"""Misuse of the tensor-expression language raises TensorlangError naming the argument."""
+
+import pytest
+
+import tensorlang as tl
+
+
+def test_constant_index_out_of_range():
+    A = tl.placeholder((4, 8), name="A")
+    with pytest.raises(tl.TensorlangError, match=r"constant index 8 .*dimension 1"):
+        tl.compute((4,), lambda i: A[i, 8])
+    with pytest.raises(tl.TensorlangError, match="constant index -1"):
+        tl.compute((4,), lambda i: A[-1, i])
+
+
+def test_wrong_number_of_indices_and_float_index():
+    A = tl.placeholder((4, 8), name="A")
+    with pytest.raises(tl.TensorlangError, match="2 dimensions but was indexed with 1"):
+        tl.compute((4,), lambda i: A[i])
+    with pytest.raises(tl.TensorlangError, match="index 1 must be an integer"):
+        tl.compute((4,), lambda i: A[i, A[i, 0]])
+
+
+@pytest.mark.parametrize("shape,msg", [((-1,), "must be >= 0"), ((2.5,), "int or tl.var"),
+                                       ("abc", "shape")])
+def test_bad_shapes(shape, msg):
+    with pytest.raises(tl.TensorlangError, match=msg):
+        tl.placeholder(shape, name="A")
+
+
+def test_bad_dtype_and_names():
+    with pytest.raises(tl.TensorlangError, match="unsupported dtype 'float8'"):
+        tl.placeholder((3,), "float8", name="A")
+    with pytest.raises(tl.TensorlangError, match="identifier"):
+        tl.placeholder((3,), name="not a name")
+    with pytest.raises(tl.TensorlangError, match="integer type"):
+        tl.var("n", "float32")
+
+
+def test_fcompute_arity_must_match_shape():
+    A = tl.placeholder((4,), name="A")
+    with pytest.raises(tl.TensorlangError, match="takes 1 index arguments but the shape has 2"):
+        tl.compute((4, 4), lambda i: A[i])
+
+
+def test_reduction_must_be_whole_body():
+    A = tl.placeholder((4, 4), name="A")
+    k = tl.reduce_axis(4, name="k")
+    with pytest.raises(tl.TensorlangError, match="must be the whole body"):
+        tl.compute((4,), lambda i: tl.sum(A[i, k], axis=k) * 2.0)
+
+
+def test_reduce_axis_outside_reduction():
+    A = tl.placeholder((4, 4), name="A")
+    k = tl.reduce_axis(4, name="k")
+    with pytest.raises(tl.TensorlangError, match="reduce axis k is used outside"):
+        tl.compute((4,), lambda i: A[i, k])
+
+
+def test_reducer_axis_must_be_reduce_axis():
+    A = tl.placeholder((4, 4), name="A")
+    with pytest.raises(tl.TensorlangError, match="axis must be tl.reduce_axis"):
+        tl.compute((4,), lambda i: tl.sum(A[i, 0], axis=i))
+
+
+def test_python_if_on_expression_is_refused():
+    A = tl.placeholder((4,), name="A")
+    with pytest.raises(tl.TensorlangError, match="no Python truth value"):
+        tl.compute((4,), lambda i: A[i] if A[i] > 0 else 0.0)
+
+
+def test_bool_arithmetic_and_logic_on_numbers_refused():
+    A = tl.placeholder((4,), "bool", name="A")
+    F = tl.placeholder((4,), "float32", name="F")
+    with pytest.raises(tl.TensorlangError, match="two bool expressions"):
+        tl.compute((4,), lambda i: A[i] + A[i])
+    with pytest.raises(tl.TensorlangError, match="must be bool"):
+        tl.compute((4,), lambda i: F[i] & F[i])
+    with pytest.raises(tl.TensorlangError, match="cannot reduce bool"):
+        k = tl.reduce_axis(4, name="k")
+        tl.compute((1,), lambda i: tl.sum(A[k], axis=k))
+
+
+def test_non_affine_extent_is_not_implemented():
+    n, m = tl.var("n"), tl.var("m")
+    A = tl.placeholder((n * m,), name="A")
+    B = tl.compute((n * m,), lambda i: A[i] + 1.0, name="B")
+    with pytest.raises(NotImplementedError, match="not affine"):
+        tl.create_schedule(B)
+
+
+def test_multi_output_compute_not_implemented():
+    A = tl.placeholder((4,), name="A")
+    with pytest.raises(NotImplementedError, match="several outputs"):
+        tl.compute((4,), lambda i: (A[i], A[i]))
+
+
+def test_tensor_attributes():
+    n = tl.var("n")
+    A = tl.placeholder((n, 3), "float16", name="A")
+    k = tl.reduce_axis(3, name="k")
+    C = tl.compute((n,), lambda row: tl.sum(A[row, k], axis=k), name="C")
+    assert C.name == "C" and C.dtype.name == "float16" and C.ndim == 1
+    assert [a.name for a in C.op.axis] == ["row"]
+    assert [a.name for a in C.op.reduce_axis] == ["k"]
+    assert str(C.shape[0]) == "n" and str(A.shape[1]) == "3"
+    assert C.op.input_tensors == [A]
