@@ -366,7 +366,8 @@ def const(value: Scalar, dtype: DType | str | None = None) -> Const:
     if isinstance(value, np.ndarray) and value.ndim == 0:
         value = value.item()
     d = as_dtype(dtype) if dtype is not None else dtype_of_python(value)
-    if d.is_int and not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, np.integer)):
+    is_integer = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    if d.is_int and is_integer:
         lo, hi = d.min_value(), d.max_value()
         if not lo <= int(value) <= hi:
             raise TensorlangError(f"constant {value} does not fit in {d}")

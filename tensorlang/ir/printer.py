@@ -65,7 +65,9 @@ def _range_str(f: For) -> str:
     lo, ext = f.min, f.extent
     if isinstance(lo, Const) and lo.value == 0:
         return f"range({_expr(ext)})"
-    return f"range({_expr(lo)}, {_expr(lo + ext)})"
+    from .simplify import simplify
+
+    return f"range({_expr(lo)}, {_expr(simplify(lo + ext))})"
 
 
 def _stmt(s: Stmt, indent: int, out: list[str]) -> None:

@@ -12,13 +12,11 @@ from dataclasses import dataclass, field, replace
 
 import islpy as isl
 
-from ..errors import TensorlangError
-from ..ir.dtype import bool_, int64
 from ..ir.expr import Const, Expr, Load, Select, Var
 from ..ir.stmt import Buffer, If, Let, LoopKind, Stmt, Store, seq
-from ..ir.visit import free_vars, walk
+from ..ir.visit import walk
 from ..te.reduce import Reduce
-from ..te.tensor import ComputeOp, IterVar, Tensor
+from ..te.tensor import ComputeOp, IterVar
 from .affine import affine_str, condition_set
 
 
@@ -199,7 +197,8 @@ def access_map(st: Statement, buffer, indices, guard, params: str, bufname: str,
     dims = ", ".join(st.dims)
     idx = [affine_str(i) for i in indices]
     if any(i is None for i in idx):
-        m = isl.Map(f"[{params}] -> {{ {st.name}[{dims}] -> {bufname}[{', '.join(f'a{d}' for d in range(len(indices)))}] }}")
+        anywhere = ", ".join(f"a{d}" for d in range(len(indices)))
+        m = isl.Map(f"[{params}] -> {{ {st.name}[{dims}] -> {bufname}[{anywhere}] }}")
         return m.intersect_domain(st.domain).intersect_range(box)
     m = isl.Map(f"[{params}] -> {{ {st.name}[{dims}] -> {bufname}[{', '.join(idx)}] }}")
     dom = st.domain
@@ -241,6 +240,3 @@ def accumulator_buffers(op: ComputeOp) -> tuple[object, ...]:
     return tuple(out)
 
 
-__all__ = ["Loop", "StageState", "Statement", "identity_state", "stage_statements",
-           "statement_reads", "statement_writes", "access_map", "buffer_box", "params_of",
-           "accumulator_buffers", "Tensor", "TensorlangError", "bool_", "int64", "free_vars"]

@@ -82,8 +82,8 @@ def test_matmul_with_all_sizes_symbolic(rng):
 
 
 def test_comm_reducer_user_defined(rng):
-    absmax = tl.comm_reducer(lambda x, y: tl.maximum(tl.abs(x), tl.abs(y)), lambda t: tl.const(0, t),
-                             name="absmax")
+    absmax = tl.comm_reducer(lambda x, y: tl.maximum(tl.abs(x), tl.abs(y)),
+                             lambda t: tl.const(0, t), name="absmax")
     n = tl.var("n")
     A = tl.placeholder((n, 11), "float32", name="A")
     k = tl.reduce_axis(11, name="k")

@@ -1,0 +1,86 @@
+"""lower(): the printed loop nest, argument checks, schedule construction."""
+
+import pytest
+
+import tensorlang as tl
+
+
+def _matmul():
+    n = tl.var("n")
+    A = tl.placeholder((n, 64), "float32", name="A")
+    B = tl.placeholder((64, 32), "float32", name="B")
+    k = tl.reduce_axis((0, 64), name="k")
+    C = tl.compute((n, 32), lambda i, j: tl.sum(A[i, k] * B[k, j], axis=k), name="C")
+    return A, B, C
+
+
+def test_matmul_loop_nest():
+    A, B, C = _matmul()
+    text = str(tl.lower(tl.create_schedule(C), [A, B, C]))
+    assert text == """\
+def main(A: float32[n, 64], B: float32[64, 32], C: float32[n, 32]):
+  for i in range(n):
+    for j in range(32):
+      C[i, j] = 0.0
+      for k in range(64):
+        C[i, j] = C[i, j] + A[i, k] * B[k, j]"""
+
+
+def test_intermediate_stage_is_allocated_and_ordered():
+    n = tl.var("n")
+    A = tl.placeholder((n,), name="A")
+    B = tl.compute((n,), lambda i: A[i] * 2.0, name="B")
+    C = tl.compute((n,), lambda i: B[i] + 1.0, name="C")
+    text = str(tl.lower(tl.create_schedule(C), [A, C]))
+    assert text == """\
+def main(A: float32[n], C: float32[n]):
+  B = allocate(float32, [n], 'global')
+  for i in range(n):
+    B[i] = A[i] * 2.0
+  for i in range(n):
+    C[i] = B[i] + 1.0"""
+
+
+def test_reduce_axis_with_offset_prints_its_range():
+    A = tl.placeholder((10,), name="A")
+    k = tl.reduce_axis((3, 10), name="k")
+    C = tl.compute((1,), lambda i: tl.max(A[k], axis=k), name="C")
+    text = str(tl.lower(tl.create_schedule(C), [A, C]))
+    assert "for k in range(3, 10):" in text
+    assert "C[0] = -inf" in text  # isl drops the loop of extent 1
+
+
+def test_args_are_checked():
+    A, B, C = _matmul()
+    s = tl.create_schedule(C)
+    with pytest.raises(tl.TensorlangError, match="the input B is read but not in args"):
+        tl.lower(s, [A, C])
+    with pytest.raises(tl.TensorlangError, match="the output C is not in args"):
+        tl.lower(s, [A, B])
+    with pytest.raises(tl.TensorlangError, match="listed twice"):
+        tl.lower(s, [A, B, C, A])
+    other = tl.placeholder((3,), name="X")
+    with pytest.raises(tl.TensorlangError, match="X is not part of this schedule"):
+        tl.lower(s, [A, B, C, other])
+    with pytest.raises(tl.TensorlangError, match="Schedule"):
+        tl.lower("not a schedule", [A])
+
+
+def test_schedule_indexing_and_stage_ids():
+    A = tl.placeholder((4,), name="A")
+    B = tl.compute((4,), lambda i: A[i] + 1.0)
+    C = tl.compute((4,), lambda i: B[i] + 1.0)
+    s = tl.create_schedule(C)
+    assert [st.id for st in s.stages] == ["compute", "compute_1"]
+    assert s[C].op is C.op and s[C.op] is s[C]
+    with pytest.raises(tl.ScheduleError, match="placeholder"):
+        s[A]
+    with pytest.raises(tl.TensorlangError, match="placeholder"):
+        tl.create_schedule(A)
+
+
+def test_unimplemented_primitives_say_so():
+    A, B, C = _matmul()
+    s = tl.create_schedule(C)
+    with pytest.raises(NotImplementedError, match="split is not implemented yet"):
+        s[C].split(C.op.axis[0], factor=4)

@@ -1,0 +1,43 @@
+"""The `tensorlang` command and the TL_DEBUG levels."""
+
+import subprocess
+import sys
+
+import numpy as np
+
+import tensorlang as tl
+from tensorlang.cli import main
+
+
+def test_demo_runs_and_checks(capsys):
+    assert main(["demo", "--size", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "for k in range(n):" in out
+    assert "check against numpy: OK" in out
+    assert "GFLOPS" in out and "numpy" in out
+
+
+def test_console_script_installed():
+    r = subprocess.run([sys.executable, "-m", "tensorlang.cli", "--version"],
+                       capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == tl.__version__
+
+
+def test_debug_levels_print_passes_loops_ir(monkeypatch, capsys):
+    A = tl.placeholder((5,), "float64", name="A")
+    C = tl.compute((5,), lambda i: A[i] * 3.0, name="C")
+    monkeypatch.setenv("TL_DEBUG", "1")
+    tl.build(tl.create_schedule(C), [A, C])
+    err = capsys.readouterr().err
+    assert "lower:" in err and " ms" in err and "loop nest" not in err
+    monkeypatch.setenv("TL_DEBUG", "2")
+    tl.build(tl.create_schedule(C), [A, C], name="k2")
+    assert "loop nest" in capsys.readouterr().err
+    monkeypatch.setenv("TL_DEBUG", "4")
+    D = tl.compute((5,), lambda i: A[i] * 4.0, name="D")
+    f = tl.build(tl.create_schedule(D), [A, D])
+    err = capsys.readouterr().err
+    assert "LLVM IR" in err and "isl domains" in err and "isl schedule" in err
+    d = np.zeros(5)
+    f(np.ones(5), d)
+    assert (d == 4).all()
