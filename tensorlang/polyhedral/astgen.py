@@ -69,14 +69,15 @@ def statement_times(states: dict[str, StageState], statements: list[Statement],
         pos = order.index(st.stage)
         sched = state.sched
         loops = state.loops
+        domain = st.domain.set_tuple_name(state.stage)
         if not state.is_reduction:
-            time = sched.set_tuple_name(isl.dim_type.in_, st.name).apply_range(
+            time = sched.intersect_domain(domain).set_tuple_name(isl.dim_type.in_, st.name).apply_range(
                 _interleave(len(loops), pos, width, None, "T"))
             out.append(TimedStatement(st, time, loops))
             continue
         cut = _reduce_cut(state)
         if not st.is_init:
-            time = sched.set_tuple_name(isl.dim_type.in_, st.name).apply_range(
+            time = sched.intersect_domain(domain).set_tuple_name(isl.dim_type.in_, st.name).apply_range(
                 _interleave(len(loops), pos, width, cut, "T"))
             out.append(TimedStatement(st, time, loops))
             continue
@@ -88,7 +89,7 @@ def statement_times(states: dict[str, StageState], statements: list[Statement],
             if d not in keep:
                 m = m.project_out(isl.dim_type.out, d, 1)
         m = m.project_out(isl.dim_type.in_, state.n_spatial, nred)
-        m = m.set_tuple_name(isl.dim_type.in_, st.name)
+        m = m.set_tuple_name(isl.dim_type.in_, st.name).intersect_domain(st.domain)
         if not m.is_injective():
             raise NotImplementedError(
                 f"stage {st.stage}: a loop mixes spatial and reduce axes after the reduction's "

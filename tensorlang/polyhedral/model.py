@@ -33,14 +33,17 @@ class Loop:
 class StageState:
     """The polyhedral state of one stage, edited by schedule primitives.
 
-    `sched` maps the stage's full domain (spatial axes, then reduce axes) to its loops, outer
-    first; output dimension d of `sched` is loop `loops[d]`.
+    `sched` maps points of the stage's space (spatial axes, then reduce axes) to its loops,
+    outer first; output dimension d of `sched` is loop `loops[d]`. It is a function on the
+    whole space, not restricted to `domain`: a reduction's init takes the spatial part of it,
+    which must not inherit "some reduce point exists" from the domain.
     """
 
     stage: str
     axes: tuple[str, ...]
     n_spatial: int
     domain: isl.Set
+    spatial_domain: isl.Set
     loops: tuple[Loop, ...]
     sched: isl.Map
     trace: tuple[str, ...] = field(default=())
@@ -63,9 +66,11 @@ def identity_state(stage: str, op: ComputeOp, params: str) -> StageState:
     """The declared order: spatial axes outer to inner, then reduce axes."""
     axes = tuple(a.name for a in op.axis) + tuple(a.name for a in op.reduce_axis)
     domain = stage_domain(stage, op, params)
+    spatial = stage_domain(stage, op, params, spatial_only=True)
     names = ", ".join(axes)
-    sched = isl.Map(f"[{params}] -> {{ {stage}[{names}] -> [{names}] }}").intersect_domain(domain)
-    return StageState(stage, axes, len(op.axis), domain, tuple(Loop(a) for a in axes), sched)
+    sched = isl.Map(f"[{params}] -> {{ {stage}[{names}] -> [{names}] }}")
+    return StageState(stage, axes, len(op.axis), domain, spatial, tuple(Loop(a) for a in axes),
+                      sched)
 
 
 def _bound(e: Expr, who: str) -> str:
@@ -78,8 +83,8 @@ def _bound(e: Expr, who: str) -> str:
     return s
 
 
-def stage_domain(stage: str, op: ComputeOp, params: str) -> isl.Set:
-    axes: list[IterVar] = list(op.axis) + list(op.reduce_axis)
+def stage_domain(stage: str, op: ComputeOp, params: str, spatial_only: bool = False) -> isl.Set:
+    axes: list[IterVar] = list(op.axis) + ([] if spatial_only else list(op.reduce_axis))
     conds = []
     for a in axes:
         lo = _bound(a.min, f"stage {stage} axis {a.name}")
@@ -117,9 +122,8 @@ def stage_statements(stage: str, op: ComputeOp, state: StageState,
         return [Statement(stage, stage, spatial, state.domain, Store(op.output, idx, body))]
     comb = body.combiner
     inits = seq(Store(acc, idx, ident) for acc, ident in zip(accumulators, comb.identity))
-    init_dom = state.domain.project_out(isl.dim_type.set, len(spatial),
-                                        len(state.axes) - len(spatial))
-    init_dom = init_dom.set_tuple_name(f"{stage}_init")
+    # the spatial bounds alone: an empty reduce axis still initialises every output
+    init_dom = state.spatial_domain.set_tuple_name(f"{stage}_init")
     old = tuple(Load(acc, idx) for acc in accumulators)
     new = comb.combine(old, body.source)
     temps = tuple(Var(f"{op.name}_v{j}" if len(new) > 1 else f"{op.name}_v", e.dtype)

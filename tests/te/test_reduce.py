@@ -159,3 +159,30 @@ def test_reductions_feeding_elementwise_stages(rng):
         f(x, y)
         e = np.exp(x - x.max(axis=1, keepdims=True))
         np.testing.assert_allclose(y, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("name,identity", [("sum", 0.0), ("max", -np.inf), ("min", np.inf),
+                                           ("prod", 1.0)])
+def test_empty_reduce_axis_gives_the_identity(name, identity):
+    # regression: the init statement must not inherit "some k exists" from the update's domain
+    red = REDUCERS[name][0]
+    n, m = tl.var("n"), tl.var("m")
+    A = tl.placeholder((n, m), "float32", name="A")
+    k = tl.reduce_axis((0, m), name="k")
+    C = tl.compute((n,), lambda i: red(A[i, k], axis=k), name="C")
+    f = build(C, [A, C])
+    c = np.full(5, 42.0, "float32")
+    f(np.zeros((5, 0), "float32"), c)
+    np.testing.assert_array_equal(c, np.full(5, identity, "float32"))
+
+
+def test_matmul_with_empty_inner_dimension_is_zero():
+    n, p = tl.var("n"), tl.var("p")
+    A = tl.placeholder((n, p), name="A")
+    B = tl.placeholder((p, n), name="B")
+    k = tl.reduce_axis((0, p), name="k")
+    C = tl.compute((n, n), lambda i, j: tl.sum(A[i, k] * B[k, j], axis=k), name="C")
+    f = build(C, [A, B, C])
+    c = np.full((3, 3), 7.0, "float32")
+    f(np.zeros((3, 0), "float32"), np.zeros((0, 3), "float32"), c)
+    np.testing.assert_array_equal(c, np.zeros((3, 3)))
