@@ -69,16 +69,16 @@ def statement_times(states: dict[str, StageState], statements: list[Statement],
         pos = order.index(st.stage)
         sched = state.sched
         loops = state.loops
-        domain = st.domain.set_tuple_name(state.stage)
+        if not st.is_init:
+            own = sched.intersect_domain(st.domain.set_tuple_name(state.stage))
+            own = own.set_tuple_name(isl.dim_type.in_, st.name)
         if not state.is_reduction:
-            time = sched.intersect_domain(domain).set_tuple_name(isl.dim_type.in_, st.name).apply_range(
-                _interleave(len(loops), pos, width, None, "T"))
+            time = own.apply_range(_interleave(len(loops), pos, width, None, "T"))
             out.append(TimedStatement(st, time, loops))
             continue
         cut = _reduce_cut(state)
         if not st.is_init:
-            time = sched.intersect_domain(domain).set_tuple_name(isl.dim_type.in_, st.name).apply_range(
-                _interleave(len(loops), pos, width, cut, "T"))
+            time = own.apply_range(_interleave(len(loops), pos, width, cut, "T"))
             out.append(TimedStatement(st, time, loops))
             continue
         # init: the loops before the cut, then the later loops that involve no reduce axis
