@@ -6,7 +6,6 @@ import islpy as isl
 
 from .config import timed
 from .errors import BoundsError, TensorlangError
-from .ir.expr import Var
 from .schedule.lower import LoweredFunc, lower
 from .schedule.schedule import Schedule
 from .te.tensor import ComputeOp, Tensor
@@ -90,5 +89,3 @@ def build(s: Schedule, args, target: str = "llvm", name: str = "main") -> Module
         kernel = compile_kernel(name, lowered.buffers, lowered.params, lowered.body, tgt)
     return Module(lowered, kernel, tgt)
 
-
-__all__ = ["Module", "build", "Var"]

@@ -19,7 +19,7 @@ from ..ir.expr import (
     binary, compare, select,
 )
 from ..ir.simplify import simplify
-from ..ir.stmt import For, If, Let, LoopKind, Stmt, seq
+from ..ir.stmt import For, If, Let, Stmt, seq
 from ..ir.visit import map_stmt, substitute
 from .model import Loop, StageState, Statement
 
@@ -243,5 +243,3 @@ def generate_loops(timed: list[TimedStatement], context: isl.Set,
     root = build.node_from_schedule_map(union)
     return _Translator(timed, params).node(root)
 
-
-__all__ = ["TimedStatement", "statement_times", "generate_loops", "LoopKind"]

@@ -18,7 +18,6 @@ from ..polyhedral import (
     BoundsViolation, accumulator_buffers, check_bounds, generate_loops, stage_statements,
     statement_times,
 )
-from ..te.reduce import Reduce
 from ..te.tensor import ComputeOp, Tensor
 from .schedule import Schedule
 
@@ -217,5 +216,3 @@ def lower(s: Schedule, args, name: str = "main") -> LoweredFunc:
     debug_print(2, "loop nest", f)
     return f
 
-
-__all__ = ["LoweredFunc", "lower", "Reduce"]
