@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ..errors import TensorlangError
 from ..ir.dtype import DType, as_dtype
 from ..ir.expr import (
-    Call, Const, Expr, Max, Min, Select, Var, binary, cast, const, select,
+    Call, Const, Expr, Max, Min, Var, binary, cast, const, select,
 )
 from ..ir.visit import substitute
 from .tensor import IterVar, to_expr
@@ -167,4 +167,4 @@ argmax = _arg_reducer("argmax", lambda a, b: a > b)
 argmin = _arg_reducer("argmin", lambda a, b: a < b)
 
 __all__ = ["CommReducer", "Reduce", "comm_reducer", "sum", "prod", "max", "min", "argmax",
-           "argmin", "Select"]
+           "argmin"]
