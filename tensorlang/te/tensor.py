@@ -224,7 +224,7 @@ def _check_shape(shape, who: str) -> tuple[Expr, ...]:
             raise TensorlangError(f"{who}: shape[{d}] must be an integer, got {e.dtype}")
         if isinstance(e, Const) and e.value < 0:
             raise TensorlangError(f"{who}: shape[{d}] must be >= 0, got {e.value}")
-        out.append(e if isinstance(e, Const) and e.dtype == int32 else e)
+        out.append(e)
     return tuple(out)
 
 
