@@ -244,3 +244,32 @@ def accumulator_buffers(op: ComputeOp) -> tuple[object, ...]:
     return tuple(out)
 
 
+
+
+def access_relations(statements: list[Statement], names: dict[int, str],
+                     shapes: dict[int, tuple], params: str) -> tuple[isl.UnionMap, isl.UnionMap]:
+    """The may-read and must-write relations of all statements, statement -> buffer element.
+
+    Reads keep their guards (a read in an untaken if_then_else arm is not a read); reads with
+    a non-affine index may touch any element of their buffer.
+    """
+    space = isl.Set(f"[{params}] -> {{ : }}").get_space()
+    reads, writes = isl.UnionMap.empty(space), isl.UnionMap.empty(space)
+    boxes: dict[int, isl.Set] = {}
+
+    def box(buf) -> isl.Set:
+        if id(buf) not in boxes:
+            boxes[id(buf)] = buffer_box(names[id(buf)], shapes[id(buf)], params)
+        return boxes[id(buf)]
+
+    for st in statements:
+        for acc in statement_reads(st):
+            if id(acc.buffer) in names:
+                m = access_map(st, acc.buffer, acc.indices, acc.guard, params,
+                               names[id(acc.buffer)], box(acc.buffer))
+                reads = reads.union(isl.UnionMap.from_map(m))
+        for buf, idx in statement_writes(st):
+            if id(buf) in names:
+                m = access_map(st, buf, idx, (), params, names[id(buf)], box(buf))
+                writes = writes.union(isl.UnionMap.from_map(m))
+    return reads, writes

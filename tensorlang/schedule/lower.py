@@ -14,6 +14,7 @@ from ..ir.printer import expr_str, stmt_str
 from ..ir.simplify import simplify
 from ..ir.stmt import Allocate, Buffer, For, If, Let, Seq, Stmt, Store
 from ..ir.visit import free_vars, map_expr, substitute, walk
+from ..polyhedral.model import access_relations
 from ..polyhedral import (
     BoundsViolation, accumulator_buffers, check_bounds, generate_loops, stage_statements,
     statement_times,
@@ -37,6 +38,8 @@ class LoweredFunc:
     body: Stmt
     violations: list[BoundsViolation] = field(default_factory=list)
     param_text: str = ""
+    reads: isl.UnionMap | None = None   # statement instance -> element read (may)
+    writes: isl.UnionMap | None = None  # statement instance -> element written
 
     def __str__(self) -> str:
         sig = []
@@ -198,6 +201,8 @@ def lower(s: Schedule, args, name: str = "main") -> LoweredFunc:
             shapes = {k: b.shape for k, b in bufs.items()}
             names_of = {k: b.name for k, b in bufs.items()}
             violations = check_bounds(statements, names_of, shapes, ptext, context)
+            reads, writes = access_relations(statements, names_of, shapes, ptext)
+        debug_print(4, "isl accesses", f"reads: {reads}\nwrites: {writes}")
 
         with timed("isl ast"):
             states = {st.id: st.state for st in s.stages}
@@ -212,7 +217,8 @@ def lower(s: Schedule, args, name: str = "main") -> LoweredFunc:
     for a in scalar_args:
         if a.name not in params:
             raise TensorlangError(f"args: the variable {a.name} is not used by the schedule")
-    f = LoweredFunc(name, args, arg_bufs, [params[n] for n in names], body, violations, ptext)
+    f = LoweredFunc(name, args, arg_bufs, [params[n] for n in names], body, violations, ptext,
+                    reads, writes)
     debug_print(2, "loop nest", f)
     return f
 
