@@ -72,23 +72,27 @@ def free_vars(e: Expr) -> set[str]:
     return {x.name for x in walk(e) if isinstance(x, Var)}
 
 
-def map_stmt(s: Stmt, fexpr: Callable[[Expr], Expr]) -> Stmt:
-    """Apply `fexpr` to every expression of a statement tree."""
-    if isinstance(s, For):
-        return For(s.var, fexpr(s.min), fexpr(s.extent), map_stmt(s.body, fexpr), s.kind,
-                   s.thread_tag)
-    if isinstance(s, Store):
-        return Store(s.buffer, tuple(fexpr(i) for i in s.indices), fexpr(s.value))
-    if isinstance(s, Seq):
-        return Seq(tuple(map_stmt(x, fexpr) for x in s.stmts))
-    if isinstance(s, If):
-        return If(fexpr(s.cond), map_stmt(s.then_body, fexpr),
-                  None if s.else_body is None else map_stmt(s.else_body, fexpr))
-    if isinstance(s, Allocate):
-        return Allocate(s.buffer, map_stmt(s.body, fexpr))
-    if isinstance(s, Let):
-        return Let(s.var, fexpr(s.value), map_stmt(s.body, fexpr))
-    raise TypeError(f"unknown statement {type(s).__name__}")
+def map_stmt(s: Stmt, fexpr: Callable[[Expr], Expr],
+             fbuf: Callable[[object], object] | None = None) -> Stmt:
+    """Apply `fexpr` to every expression of a statement tree (and `fbuf` to stored buffers)."""
+    def go(x: Stmt) -> Stmt:
+        if isinstance(x, For):
+            return For(x.var, fexpr(x.min), fexpr(x.extent), go(x.body), x.kind, x.thread_tag)
+        if isinstance(x, Store):
+            return Store(x.buffer if fbuf is None else fbuf(x.buffer),
+                         tuple(fexpr(i) for i in x.indices), fexpr(x.value))
+        if isinstance(x, Seq):
+            return Seq(tuple(go(y) for y in x.stmts))
+        if isinstance(x, If):
+            return If(fexpr(x.cond), go(x.then_body),
+                      None if x.else_body is None else go(x.else_body))
+        if isinstance(x, Allocate):
+            return Allocate(x.buffer, go(x.body))
+        if isinstance(x, Let):
+            return Let(x.var, fexpr(x.value), go(x.body))
+        raise TypeError(f"unknown statement {type(x).__name__}")
+
+    return go(s)
 
 
 def walk_stmt(s: Stmt) -> Iterator[Stmt]:

@@ -15,7 +15,7 @@ import islpy as isl
 
 from ..errors import BoundsError
 from ..ir.printer import expr_str
-from .model import Statement, access_map, buffer_box, statement_reads
+from .model import AccessRelations, Statement
 
 
 @dataclass(frozen=True)
@@ -42,27 +42,21 @@ class BoundsViolation:
                 "read with tl.if_then_else, or make the domain smaller")
 
 
-def check_bounds(statements: list[Statement], names: dict[int, str], shapes: dict[int, tuple],
-                 params: str, context: isl.Set) -> list[BoundsViolation]:
+def check_bounds(statements: list[Statement], access: AccessRelations,
+                 context: isl.Set) -> list[BoundsViolation]:
     """Violations that depend on the sizes; raises BoundsError for certain ones."""
     out = []
-    boxes: dict[int, isl.Set] = {}
-    for st in statements:
-        for acc in statement_reads(st):
-            if not acc.affine or id(acc.buffer) not in names:
-                continue
-            key = id(acc.buffer)
-            name = names[key]
-            if key not in boxes:
-                boxes[key] = buffer_box(name, shapes[key], params)
-            m = access_map(st, acc.buffer, acc.indices, acc.guard, params, name, boxes[key])
-            bad = m.subtract_range(boxes[key]).domain().intersect_params(context)
-            if bad.is_empty():
-                continue
-            idx = ", ".join(expr_str(i) for i in acc.indices)
-            v = BoundsViolation(st.stage, f"{acc.buffer.name}[{idx}]", bad)
-            runs = st.domain.intersect_params(context).params()
-            if runs.is_subset(bad.params()):
-                raise BoundsError(v.message(), v.witness())
-            out.append(v)
+    for st, acc, m in access.per_read:
+        if not acc.affine:
+            continue
+        box = access.boxes[id(acc.buffer)]
+        bad = m.subtract_range(box).domain().intersect_params(context)
+        if bad.is_empty():
+            continue
+        idx = ", ".join(expr_str(i) for i in acc.indices)
+        v = BoundsViolation(st.stage, f"{acc.buffer.name}[{idx}]", bad)
+        runs = st.domain.intersect_params(context).params()
+        if runs.is_subset(bad.params()):
+            raise BoundsError(v.message(), v.witness())
+        out.append(v)
     return out

@@ -246,16 +246,28 @@ def accumulator_buffers(op: ComputeOp) -> tuple[object, ...]:
 
 
 
-def access_relations(statements: list[Statement], names: dict[int, str],
-                     shapes: dict[int, tuple], params: str) -> tuple[isl.UnionMap, isl.UnionMap]:
-    """The may-read and must-write relations of all statements, statement -> buffer element.
+@dataclass
+class AccessRelations:
+    """The isl access relations of a program, built once and shared by every analysis.
 
-    Reads keep their guards (a read in an untaken if_then_else arm is not a read); reads with
-    a non-affine index may touch any element of their buffer.
+    `per_read` keeps each read's own map (with its statement and access) for messages;
+    `reads` (may) and `writes` (must) are their unions, statement instance -> element.
     """
+
+    per_read: list[tuple[Statement, Access, isl.Map]]
+    boxes: dict[int, isl.Set]
+    reads: isl.UnionMap
+    writes: isl.UnionMap
+
+
+def access_relations(statements: list[Statement], names: dict[int, str],
+                     shapes: dict[int, tuple], params: str) -> AccessRelations:
+    """Reads keep their guards (a read in an untaken if_then_else arm is not a read); reads
+    with a non-affine index may touch any element of their buffer."""
     space = isl.Set(f"[{params}] -> {{ : }}").get_space()
     reads, writes = isl.UnionMap.empty(space), isl.UnionMap.empty(space)
     boxes: dict[int, isl.Set] = {}
+    per_read = []
 
     def box(buf) -> isl.Set:
         if id(buf) not in boxes:
@@ -267,9 +279,10 @@ def access_relations(statements: list[Statement], names: dict[int, str],
             if id(acc.buffer) in names:
                 m = access_map(st, acc.buffer, acc.indices, acc.guard, params,
                                names[id(acc.buffer)], box(acc.buffer))
+                per_read.append((st, acc, m))
                 reads = reads.union(isl.UnionMap.from_map(m))
         for buf, idx in statement_writes(st):
             if id(buf) in names:
                 m = access_map(st, buf, idx, (), params, names[id(buf)], box(buf))
                 writes = writes.union(isl.UnionMap.from_map(m))
-    return reads, writes
+    return AccessRelations(per_read, boxes, reads, writes)

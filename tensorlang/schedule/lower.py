@@ -12,8 +12,8 @@ from ..ir.dtype import int64
 from ..ir.expr import Expr, Load, Var
 from ..ir.printer import expr_str, stmt_str
 from ..ir.simplify import simplify
-from ..ir.stmt import Allocate, Buffer, For, If, Let, Seq, Stmt, Store
-from ..ir.visit import free_vars, map_expr, substitute, walk
+from ..ir.stmt import Allocate, Buffer, Stmt
+from ..ir.visit import free_vars, map_expr, map_stmt, substitute, walk
 from ..polyhedral.model import access_relations
 from ..polyhedral import (
     BoundsViolation, accumulator_buffers, check_bounds, generate_loops, stage_statements,
@@ -114,31 +114,13 @@ def _check_args(s: Schedule, args) -> list[object]:
 
 
 def _replace_buffers(s: Stmt, bufs: dict[int, Buffer]) -> Stmt:
-    def fe(e: Expr) -> Expr:
-        def fn(x: Expr) -> Expr | None:
-            if isinstance(x, Load) and id(x.buffer) in bufs:
-                return Load(bufs[id(x.buffer)], x.indices)
-            return None
-        return map_expr(e, fn)
+    """Tensors (and accumulators) in loads and stores -> their buffers."""
+    def fn(x: Expr) -> Expr | None:
+        if isinstance(x, Load) and id(x.buffer) in bufs:
+            return Load(bufs[id(x.buffer)], x.indices)
+        return None
 
-    def fs(st: Stmt) -> Stmt:
-        if isinstance(st, Store):
-            return Store(bufs.get(id(st.buffer), st.buffer), tuple(fe(i) for i in st.indices),
-                         fe(st.value))
-        if isinstance(st, For):
-            return For(st.var, fe(st.min), fe(st.extent), fs(st.body), st.kind, st.thread_tag)
-        if isinstance(st, Seq):
-            return Seq(tuple(fs(x) for x in st.stmts))
-        if isinstance(st, If):
-            return If(fe(st.cond), fs(st.then_body),
-                      None if st.else_body is None else fs(st.else_body))
-        if isinstance(st, Let):
-            return Let(st.var, fe(st.value), fs(st.body))
-        if isinstance(st, Allocate):
-            return Allocate(st.buffer, fs(st.body))
-        raise TypeError(type(st).__name__)
-
-    return fs(s)
+    return map_stmt(s, lambda e: map_expr(e, fn), lambda b: bufs.get(id(b), b))
 
 
 def lower(s: Schedule, args, name: str = "main") -> LoweredFunc:
@@ -197,12 +179,12 @@ def lower(s: Schedule, args, name: str = "main") -> LoweredFunc:
             statements.extend(stage_statements(st.id, st.op, st.state, acc))
         debug_print(4, "isl domains", "\n".join(f"{x.name}: {x.domain}" for x in statements))
 
-        with timed("bounds check"):
+        with timed("accesses and bounds check"):
             shapes = {k: b.shape for k, b in bufs.items()}
             names_of = {k: b.name for k, b in bufs.items()}
-            violations = check_bounds(statements, names_of, shapes, ptext, context)
-            reads, writes = access_relations(statements, names_of, shapes, ptext)
-        debug_print(4, "isl accesses", f"reads: {reads}\nwrites: {writes}")
+            access = access_relations(statements, names_of, shapes, ptext)
+            violations = check_bounds(statements, access, context)
+        debug_print(4, "isl accesses", f"reads: {access.reads}\nwrites: {access.writes}")
 
         with timed("isl ast"):
             states = {st.id: st.state for st in s.stages}
@@ -218,7 +200,7 @@ def lower(s: Schedule, args, name: str = "main") -> LoweredFunc:
         if a.name not in params:
             raise TensorlangError(f"args: the variable {a.name} is not used by the schedule")
     f = LoweredFunc(name, args, arg_bufs, [params[n] for n in names], body, violations, ptext,
-                    reads, writes)
+                    access.reads, access.writes)
     debug_print(2, "loop nest", f)
     return f
 
