@@ -19,7 +19,7 @@ from ..ir.expr import (
     binary, compare, select,
 )
 from ..ir.simplify import simplify
-from ..ir.stmt import For, If, Let, Stmt, seq
+from ..ir.stmt import For, If, Let, LoopKind, Stmt, seq
 from ..ir.visit import map_stmt, substitute
 from .model import Loop, StageState, Statement
 
@@ -206,7 +206,8 @@ class _Translator:
                 ub = self.expr(cond.get_op_arg(1))
                 extent = ub - init + 1 if op == isl.ast_expr_op_type.le else ub - init
                 body = self.node(n.for_get_body())
-                return For(v, simplify(init), simplify(extent), body, info.kind, info.thread_tag)
+                init, extent = simplify(init), simplify(extent)
+                return _loop(v, init, extent, body, info)
             finally:
                 if saved is None:
                     del self.env[it]
@@ -225,6 +226,17 @@ class _Translator:
             mapping.update({p: v for p, v in self.params.items() if p not in mapping})
             return map_stmt(ts.stmt.body, lambda e: simplify(substitute(e, mapping)))
         raise TensorlangError(f"internal: unsupported isl AST node {t}")
+
+
+def _loop(v: Var, init: Expr, extent: Expr, body: Stmt, info: Loop) -> Stmt:
+    """A loop; a vector or unrolled one whose extent varies is split into the full case
+    (extent == its constant bound: vector/unrolled) and the rest (serial)."""
+    wide = info.kind in (LoopKind.VECTORIZED, LoopKind.UNROLLED)
+    if not wide or isinstance(extent, Const) or info.max_extent is None:
+        return For(v, init, extent, body, info.kind, info.thread_tag)
+    full = Const(info.max_extent, extent.dtype)
+    return If(compare(EQ, extent, full), For(v, init, full, body, info.kind),
+              For(v, init, extent, body, LoopKind.SERIAL))
 
 
 def generate_loops(timed: list[TimedStatement], context: isl.Set,

@@ -27,6 +27,7 @@ class Loop:
     name: str
     kind: LoopKind = LoopKind.SERIAL
     thread_tag: str = ""
+    max_extent: int | None = None  # constant bound on the trip count (vector/unroll loops)
 
 
 @dataclass(frozen=True)

@@ -8,18 +8,12 @@ import islpy as isl
 
 from ..config import debug_print, timed
 from ..errors import TensorlangError
-from ..ir.dtype import int64
 from ..ir.expr import Expr, Load, Var
 from ..ir.printer import expr_str, stmt_str
-from ..ir.simplify import simplify
 from ..ir.stmt import Allocate, Buffer, Stmt
-from ..ir.visit import free_vars, map_expr, map_stmt, substitute, walk
-from ..polyhedral.model import access_relations
-from ..polyhedral import (
-    BoundsViolation, accumulator_buffers, check_bounds, generate_loops, stage_statements,
-    statement_times,
-)
-from ..te.tensor import ComputeOp, Tensor
+from ..ir.visit import map_expr, map_stmt
+from ..polyhedral import BoundsViolation, check_bounds, generate_loops
+from ..te.tensor import Tensor
 from .schedule import Schedule
 
 
@@ -52,41 +46,6 @@ class LoweredFunc:
         return head + "\n" + stmt_str(self.body, 1)
 
     __repr__ = __str__
-
-
-def _stage_vars(op: ComputeOp) -> set[str]:
-    return {a.name for a in op.axis} | {a.name for a in op.reduce_axis}
-
-
-def program_params(schedule: Schedule) -> tuple[list[str], set[str]]:
-    """All scalar variables of the program (first-use order) and those that are sizes."""
-    order: dict[str, None] = {}
-    sizes: set[str] = set()
-    tensors = list(schedule.placeholders) + [st.op.output for st in schedule.stages]
-    for t in tensors:
-        for s in t.shape:
-            for n in free_vars(s):
-                order.setdefault(n, None)
-                sizes.add(n)
-    for st in schedule.stages:
-        for a in st.op.reduce_axis:
-            for n in free_vars(a.min) | free_vars(a.extent):
-                order.setdefault(n, None)
-                sizes.add(n)
-        own = _stage_vars(st.op)
-        for e in walk(st.op.body):
-            if isinstance(e, Var) and e.name not in own:
-                order.setdefault(e.name, None)
-    return list(order), sizes
-
-
-def isl_params_text(schedule: Schedule) -> str:
-    return ", ".join(program_params(schedule)[0])
-
-
-def _context(params: list[str], sizes: set[str]) -> isl.Set:
-    conds = " and ".join(f"{p} >= 0" for p in params if p in sizes) or "1 = 1"
-    return isl.Set(f"[{', '.join(params)}] -> {{ : {conds} }}")
 
 
 def _check_args(s: Schedule, args) -> list[object]:
@@ -140,61 +99,25 @@ def lower(s: Schedule, args, name: str = "main") -> LoweredFunc:
         raise TensorlangError(f"lower: name must be an identifier, got {name!r}")
     args = _check_args(s, args)
     with timed("lower"):
-        names, sizes = program_params(s)
-        ptext = ", ".join(names)
-        params = {n: Var(n, int64) for n in names}
-        context = _context(names, sizes)
-
-        # one buffer per tensor; intermediate results and extra accumulators are allocated
-        used_names: set[str] = set()
-
-        def fresh(n: str) -> str:
-            k, out = 1, n
-            while out in used_names:
-                out, k = f"{n}_{k}", k + 1
-            used_names.add(out)
-            return out
-
-        def pshape(shape) -> tuple[Expr, ...]:
-            return tuple(simplify(substitute(x, params)) for x in shape)
-
-        bufs: dict[int, Buffer] = {}
-        arg_bufs: list[Buffer] = []
-        for a in args:
-            if isinstance(a, Tensor):
-                b = Buffer(fresh(a.name), pshape(a.shape), a.dtype)
-                bufs[id(a)] = b
-                arg_bufs.append(b)
-        allocs: list[Buffer] = []
-        statements = []
-        accs: dict[str, tuple] = {}
-        for st in s.stages:
-            acc = accumulator_buffers(st.op)
-            accs[st.id] = acc
-            for t in acc:
-                if id(t) not in bufs:
-                    b = Buffer(fresh(t.name), pshape(t.shape), t.dtype)
-                    bufs[id(t)] = b
-                    allocs.append(b)
-            statements.extend(stage_statements(st.id, st.op, st.state, acc))
-        debug_print(4, "isl domains", "\n".join(f"{x.name}: {x.domain}" for x in statements))
-
-        with timed("accesses and bounds check"):
-            shapes = {k: b.shape for k, b in bufs.items()}
-            names_of = {k: b.name for k, b in bufs.items()}
-            access = access_relations(statements, names_of, shapes, ptext)
-            violations = check_bounds(statements, access, context)
-        debug_print(4, "isl accesses", f"reads: {access.reads}\nwrites: {access.writes}")
-
+        prog = s.program
+        params = prog.params
+        bufs = prog.bufs
+        arg_ids = {id(a) for a in args if isinstance(a, Tensor)}
+        arg_bufs = [bufs[id(a)] for a in args if isinstance(a, Tensor)]
+        allocs = [b for k, b in bufs.items() if k not in arg_ids and
+                  not any(b is bufs[id(p)] for p in s.placeholders)]
+        with timed("bounds check"):
+            violations = check_bounds(prog.statements, prog.access, prog.context)
         with timed("isl ast"):
-            states = {st.id: st.state for st in s.stages}
-            order = [st.id for st in s.stages]
-            timed_stmts = statement_times(states, statements, order)
+            timed_stmts = prog.times({st.id: st.state for st in s.stages})
             debug_print(4, "isl schedule", "\n".join(str(t.time) for t in timed_stmts))
-            body = generate_loops(timed_stmts, context, params)
+            body = generate_loops(timed_stmts, prog.context, params)
         body = _replace_buffers(body, bufs)
         for b in reversed(allocs):
             body = Allocate(b, body)
+        names = prog.names
+        ptext = prog.ptext
+        access = prog.access
     scalar_args = [a for a in args if isinstance(a, Var)]
     for a in scalar_args:
         if a.name not in params:

@@ -6,5 +6,6 @@ from .intrin import (  # noqa: F401
 )
 from .reduce import CommReducer, Reduce, argmax, argmin, comm_reducer, max, min, prod, sum  # noqa: F401
 from .tensor import (  # noqa: F401
-    ComputeOp, IterVar, Operation, PlaceholderOp, Tensor, compute, placeholder, reduce_axis, var,
+    ComputeOp, IterVar, Operation, PlaceholderOp, Tensor, compute, placeholder, recurrence,
+    reduce_axis, var,
 )

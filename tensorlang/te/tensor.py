@@ -6,7 +6,7 @@ import inspect
 
 from ..errors import TensorlangError
 from ..ir.dtype import DType, as_dtype, int32
-from ..ir.expr import Const, Expr, Load, ReduceVar, Var, as_expr
+from ..ir.expr import Const, Expr, Load, ReduceVar, Var, as_expr, same
 from ..ir.visit import free_vars, walk
 
 
@@ -188,20 +188,27 @@ class PlaceholderOp(Operation):
 class ComputeOp(Operation):
     """out[axis] = body, where body may be a Reduce over reduce_axis."""
 
-    def __init__(self, name: str, axis: tuple[IterVar, ...], body: Expr, dtype: DType):
-        from .reduce import Reduce
-
+    def __init__(self, name: str, axis: tuple[IterVar, ...], body: Expr | None, dtype: DType,
+                 is_recurrence: bool = False):
         self.name = name
         self.axis = axis
+        self.is_recurrence = is_recurrence
+        self.output = Tensor(self, tuple(a.extent for a in axis), dtype, name)
+        self.set_body(body)
+
+    def set_body(self, body: Expr | None) -> None:
+        from .reduce import Reduce
+
         self.body = body
         self.reduce_axis = body.axis if isinstance(body, Reduce) else ()
-        self.output = Tensor(self, tuple(a.extent for a in axis), dtype, name)
 
     @property
     def input_tensors(self) -> list[Tensor]:
+        """Tensors read by the body, not counting a recurrence's reads of itself."""
         seen: dict[int, Tensor] = {}
         for e in walk(self.body):
-            if isinstance(e, Load) and isinstance(e.buffer, Tensor):
+            if isinstance(e, Load) and isinstance(e.buffer, Tensor) and \
+                    e.buffer is not self.output:
                 seen.setdefault(id(e.buffer), e.buffer)
         return list(seen.values())
 
@@ -275,6 +282,56 @@ def compute(shape, fcompute, name: str = "compute") -> Tensor:
     body = to_expr(body, f"{who} body")
     _check_body(body, axis, shape, who)
     return ComputeOp(name, axis, body, body.dtype).output
+
+
+def recurrence(shape, fcompute, dtype: str | DType = "float32",
+               name: str = "recurrence") -> Tensor:
+    """A tensor whose elements may read its own earlier elements: `fcompute(self, *index)`.
+
+    Its meaning is sequential: the elements are computed in lexicographic order of the
+    indices, so a read of `self` must name an element earlier in that order (checked
+    exactly with isl when the schedule is created). Guard boundary reads with
+    `tl.if_then_else`: only the arm that is taken reads.
+
+    >>> x = placeholder((8,), name="x")
+    >>> y = recurrence((8,), lambda y, i: if_then_else(i > 0, y[i - 1], 0.0) + x[i], name="y")
+    """
+    from .intrin import if_then_else  # noqa: F401  (used in the doctest)
+
+    who = f"recurrence {name}"
+    if not isinstance(name, str) or not name.isidentifier():
+        raise TensorlangError(f"recurrence: name must be an identifier, got {name!r}")
+    if not callable(fcompute):
+        raise TensorlangError(f"{who}: fcompute must be callable, got {fcompute!r}")
+    shape = _check_shape(shape, who)
+    names = _axis_names(fcompute, len(shape) + 1, who)[1:]
+    if len(set(names)) != len(names):
+        raise TensorlangError(f"{who}: index names must differ, got {names}")
+    d = as_dtype(dtype, f"{who} dtype")
+    axis = tuple(IterVar(Var(n, int32), ext, IterVar.SPATIAL) for n, ext in zip(names, shape))
+    op = ComputeOp(name, axis, None, d, is_recurrence=True)
+    body = fcompute(op.output, *axis)
+    if isinstance(body, (tuple, list)):
+        raise NotImplementedError(f"{who}: recurrences with several outputs are not supported")
+    body = to_expr(body, f"{who} body")
+    from .reduce import Reduce
+
+    if body.dtype != d:
+        if isinstance(body, Reduce):
+            raise TensorlangError(f"{who}: the reduction has dtype {body.dtype} but the "
+                                  f"recurrence is declared {d}; pass dtype={body.dtype.name!r}")
+        body = body.astype(d)
+    _check_body(body, axis, shape, who)
+    here = tuple(a.var for a in axis)
+    for e in walk(body):
+        if isinstance(e, Load) and e.buffer is op.output and \
+                len(e.indices) == len(here) and all(map(same, e.indices, here)):
+            raise TensorlangError(
+                f"{who}: reads its own element {name}[{', '.join(names)}], which it is "
+                "computing; a recurrence may read only earlier elements"
+            )
+    op.set_body(body)
+    return op.output
 
 
 def _check_body(body: Expr, axis: tuple[IterVar, ...], shape, who: str) -> None:

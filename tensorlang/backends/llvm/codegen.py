@@ -17,7 +17,8 @@ from ...ir.expr import (
     Load, Max, Min, Mul, Not, Or, Select, Sub, Var,
 )
 from ...ir.stmt import Allocate, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store
-from ...ir.visit import walk
+from ...ir.visit import walk, walk_stmt
+from .vector import VectorContext, check_vector_body, type_suffix
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 STACK_LIMIT = 16 * 1024  # bytes; larger or symbolic allocations go to the heap
@@ -48,14 +49,33 @@ _INTRINSICS = {"exp", "log", "sqrt", "sin", "cos", "floor", "ceil", "fabs", "pow
 _LIBM = {"erf": ("erff", "erf")}
 
 
+def _stmt_exprs(s: Stmt) -> list[Expr]:
+    if isinstance(s, Store):
+        return [*s.indices, s.value]
+    if isinstance(s, For):
+        return [s.min, s.extent]
+    if isinstance(s, If):
+        return [s.cond]
+    if isinstance(s, Let):
+        return [s.value]
+    if isinstance(s, Allocate):
+        return list(s.buffer.shape)
+    return []
+
+
 def _has_side_effects_or_traps(e: Expr) -> bool:
     """Whether evaluating `e` speculatively could read out of bounds (a load)."""
     return any(isinstance(x, Load) for x in walk(e))
 
 
 class FunctionCodegen:
-    def __init__(self, module: ir.Module, name: str, buffers: list[Buffer], params: list[Var]):
+    def __init__(self, module: ir.Module, name: str, buffers: list[Buffer], params: list[Var],
+                 threads: int = 1):
         self.module = module
+        self.threads = threads
+        self.in_parallel = False
+        self.vec: VectorContext | None = None
+        self.outlined = 0
         argtys = [memory_type(b.dtype).as_pointer() for b in buffers] + [I64] * len(params)
         self.fn = ir.Function(module, ir.FunctionType(I32, argtys), name)
         self.ptrs: dict[int, ir.Value] = {}
@@ -71,6 +91,21 @@ class FunctionCodegen:
         self.builder = ir.IRBuilder(self.fn.append_basic_block("body"))
         self.heap: list[ir.Value] = []
 
+    def ty(self, d: DType) -> ir.Type:
+        """The LLVM type of a value of dtype `d`: a vector inside a vectorized loop."""
+        t = llvm_type(d)
+        return ir.VectorType(t, self.vec.lanes) if self.vec is not None else t
+
+    def splat(self, v: ir.Value) -> ir.Value:
+        """Broadcast a scalar to every lane of the current vector loop."""
+        if self.vec is None or isinstance(v.type, ir.VectorType):
+            return v
+        n = self.vec.lanes
+        b = self.builder
+        undef = ir.Constant(ir.VectorType(v.type, n), ir.Undefined)
+        one = b.insert_element(undef, v, ir.Constant(I32, 0))
+        return b.shuffle_vector(one, undef, ir.Constant(ir.VectorType(I32, n), [0] * n))
+
     # ------------------------------------------------------------------------ helpers
     def _declare(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
         f = self.module.globals.get(name)
@@ -79,8 +114,7 @@ class FunctionCodegen:
         return f
 
     def _intrinsic(self, name: str, t: ir.Type, nargs: int = 1) -> ir.Function:
-        suffix = {ir.HalfType: "f16", ir.FloatType: "f32", ir.DoubleType: "f64"}[type(t)]
-        return self._declare(f"llvm.{name}.{suffix}", t, [t] * nargs)
+        return self._declare(f"llvm.{name}.{type_suffix(t)}", t, [t] * nargs)
 
     def flat_index(self, buf: Buffer, indices: tuple[Expr, ...]) -> ir.Value:
         if not indices:
@@ -95,8 +129,9 @@ class FunctionCodegen:
     def to_i64(self, v: ir.Value, d: DType) -> ir.Value:
         if d.bits == 64:
             return v
-        return self.builder.zext(v, I64) if d.is_unsigned or d.is_bool else \
-            self.builder.sext(v, I64)
+        t = ir.VectorType(I64, v.type.count) if isinstance(v.type, ir.VectorType) else I64
+        return self.builder.zext(v, t) if d.is_unsigned or d.is_bool else \
+            self.builder.sext(v, t)
 
     def address(self, buf: Buffer, indices) -> ir.Value:
         ptr = self.ptrs.get(id(buf))
@@ -108,18 +143,25 @@ class FunctionCodegen:
     def expr(self, e: Expr) -> ir.Value:
         b = self.builder
         if isinstance(e, Var):
+            if self.vec is not None:
+                if e.name == self.vec.var:
+                    return self.vec.iota(self)
+                if e.name in self.vec.vals:
+                    return self.vec.vals[e.name]
             v = self.env.get(e.name)
             if v is None:
                 raise TensorlangError(f"internal: unbound variable {e.name}")
-            return v
+            return self.splat(v)
         if isinstance(e, Const):
-            t = llvm_type(e.dtype)
+            t = self.ty(e.dtype)
             if e.dtype.is_bool:
-                return ir.Constant(I1, int(e.value))
+                return ir.Constant(t, int(e.value))
             if e.dtype.is_int:
                 return ir.Constant(t, int(e.value) & ((1 << e.dtype.bits) - 1))
             return ir.Constant(t, float(e.value))
         if isinstance(e, Load):
+            if self.vec is not None:
+                return self.vec.load(self, e)
             v = b.load(self.address(e.buffer, e.indices))
             return b.icmp_unsigned("!=", v, ir.Constant(I8, 0)) if e.dtype.is_bool else v
         if isinstance(e, (Add, Sub, Mul, Div, FloorDiv, FloorMod, Min, Max)):
@@ -138,7 +180,8 @@ class FunctionCodegen:
         if isinstance(e, Or):
             return b.or_(self.expr(e.a), self.expr(e.b))
         if isinstance(e, Not):
-            return b.xor(self.expr(e.a), ir.Constant(I1, 1))
+            v = self.expr(e.a)
+            return b.xor(v, ir.Constant(v.type, 1))
         if isinstance(e, Select):
             return self.select(e)
         if isinstance(e, Cast):
@@ -218,6 +261,12 @@ class FunctionCodegen:
     def select(self, e: Select) -> ir.Value:
         b = self.builder
         c = self.expr(e.cond)
+        if self.vec is not None:  # each arm reads only in the lanes that take it
+            with self.vec.masked(self, c):
+                tv = self.expr(e.true_value)
+            with self.vec.masked(self, b.xor(c, ir.Constant(c.type, 1))):
+                fv = self.expr(e.false_value)
+            return b.select(c, tv, fv)
         if not (_has_side_effects_or_traps(e.true_value) or
                 _has_side_effects_or_traps(e.false_value)):
             return b.select(c, self.expr(e.true_value), self.expr(e.false_value))
@@ -244,7 +293,7 @@ class FunctionCodegen:
         b = self.builder
         if src == dst:
             return v
-        t = llvm_type(dst)
+        t = self.ty(dst)
         if dst.is_bool:
             if src.is_float:
                 return b.fcmp_unordered("!=", v, ir.Constant(v.type, 0.0))
@@ -262,9 +311,9 @@ class FunctionCodegen:
         if src.is_int:  # -> float
             return b.uitofp(v, t) if src.is_unsigned else b.sitofp(v, t)
         # float -> int saturates (NaN -> 0) instead of producing poison
-        sfx = {ir.HalfType: "f16", ir.FloatType: "f32", ir.DoubleType: "f64"}[type(v.type)]
         name = "fptoui" if dst.is_unsigned else "fptosi"
-        f = self._declare(f"llvm.{name}.sat.i{dst.bits}.{sfx}", t, [v.type])
+        f = self._declare(f"llvm.{name}.sat.{type_suffix(t)}.{type_suffix(v.type)}", t,
+                          [v.type])
         return b.call(f, [v])
 
     def call(self, e: Call) -> ir.Value:
@@ -275,16 +324,27 @@ class FunctionCodegen:
         d = e.dtype
         half = d.name == "float16"
         if half:  # libm and most targets compute half math in float
-            args = [b.fpext(a, ir.FloatType()) for a in args]
+            args = [b.fpext(a, self.ty(d).__class__(ir.FloatType(), self.vec.lanes)
+                            if self.vec is not None else ir.FloatType()) for a in args]
         t = args[0].type
         if e.name in _INTRINSICS:
             out = b.call(self._intrinsic(e.name, t, len(args)), args)
         elif e.name in _LIBM:
-            fname = _LIBM[e.name][0 if isinstance(t, ir.FloatType) else 1]
-            out = b.call(self._declare(fname, t, [t] * len(args)), args)
+            scalar = t.element if isinstance(t, ir.VectorType) else t
+            fname = _LIBM[e.name][0 if isinstance(scalar, ir.FloatType) else 1]
+            fn = self._declare(fname, scalar, [scalar] * len(args))
+            if isinstance(t, ir.VectorType):  # no vector libm here: one call per lane
+                out = ir.Constant(t, ir.Undefined)
+                for k in range(t.count):
+                    lane = [b.extract_element(a, ir.Constant(I32, k)) for a in args]
+                    out = b.insert_element(out, b.call(fn, lane), ir.Constant(I32, k))
+            else:
+                out = b.call(fn, args)
         else:
             raise TensorlangError(f"llvm backend: unknown function {e.name}")
-        return b.fptrunc(out, ir.HalfType()) if half else out
+        if half:
+            return b.fptrunc(out, self.ty(d))
+        return out
 
     # ---------------------------------------------------------------------- statements
     def stmt(self, s: Stmt) -> None:
@@ -296,10 +356,20 @@ class FunctionCodegen:
             v = self.expr(s.value)
             v = self.cast(v, s.value.dtype, s.buffer.dtype)
             if s.buffer.dtype.is_bool:
-                v = b.zext(v, I8)
-            b.store(v, self.address(s.buffer, s.indices))
+                v = b.zext(v, ir.VectorType(I8, self.vec.lanes) if self.vec is not None else I8)
+            if self.vec is not None:
+                self.vec.store(self, s, v)
+            else:
+                b.store(v, self.address(s.buffer, s.indices))
         elif isinstance(s, For):
             self.loop(s)
+        elif isinstance(s, If) and self.vec is not None:
+            c = self.expr(s.cond)
+            with self.vec.masked(self, c):
+                self.stmt(s.then_body)
+            if s.else_body is not None:
+                with self.vec.masked(self, b.xor(c, ir.Constant(c.type, 1))):
+                    self.stmt(s.else_body)
         elif isinstance(s, If):
             c = self.expr(s.cond)
             if s.else_body is None:
@@ -311,6 +381,9 @@ class FunctionCodegen:
                         self.stmt(s.then_body)
                     with other:
                         self.stmt(s.else_body)
+        elif isinstance(s, Let) and self.vec is not None:
+            self.vec.let(self, s)
+            self.stmt(s.body)
         elif isinstance(s, Let):
             self.env[s.var.name] = self.cast(self.expr(s.value), s.value.dtype, s.var.dtype)
             self.stmt(s.body)
@@ -320,32 +393,118 @@ class FunctionCodegen:
             raise TensorlangError(f"llvm backend: unsupported statement {type(s).__name__}")
 
     def loop(self, s: For) -> None:
-        if s.kind not in (LoopKind.SERIAL,):
-            raise NotImplementedError(
-                f"llvm backend: {s.kind.value} loops are not implemented yet (loop {s.var.name})"
-            )
+        if self.vec is not None:
+            raise TensorlangError(f"internal: loop {s.var.name} inside a vectorized loop")
+        if s.kind in (LoopKind.GPU_BLOCK, LoopKind.GPU_THREAD):
+            raise TensorlangError(f"llvm backend: loop {s.var.name} is bound to a GPU index; "
+                                  "build it for target='cuda'")
         b = self.builder
         lo = self.to_i64(self.expr(s.min), s.min.dtype)
+        if isinstance(s.extent, Const) and s.kind is LoopKind.UNROLLED:
+            saved = self.env.get(s.var.name)
+            for k in range(int(s.extent.value)):
+                self.env[s.var.name] = b.add(lo, ir.Constant(I64, k))
+                self.stmt(s.body)
+            if saved is not None:
+                self.env[s.var.name] = saved
+            return
+        if isinstance(s.extent, Const) and s.kind is LoopKind.VECTORIZED and s.extent.value > 1:
+            check_vector_body(s.body)
+            self.vec = VectorContext(s.var.name, int(s.extent.value), lo)
+            try:
+                self.stmt(s.body)
+            finally:
+                self.vec = None
+            return
+        if s.kind is LoopKind.PARALLEL and not self.in_parallel and self.threads > 1:
+            self.parallel_loop(s, lo)
+            return
         hi = b.add(lo, self.to_i64(self.expr(s.extent), s.extent.dtype))
+        self.serial_loop(s.var.name, lo, hi, s.body)
+
+    def serial_loop(self, name: str, lo: ir.Value, hi: ir.Value, body_stmt: Stmt) -> None:
+        b = self.builder
         pre = b.block
-        head = b.append_basic_block(f"{s.var.name}.head")
-        body = b.append_basic_block(f"{s.var.name}.body")
-        end = b.append_basic_block(f"{s.var.name}.end")
+        head = b.append_basic_block(f"{name}.head")
+        body = b.append_basic_block(f"{name}.body")
+        end = b.append_basic_block(f"{name}.end")
         b.branch(head)
         b.position_at_end(head)
-        i = b.phi(I64, name=s.var.name)
+        i = b.phi(I64, name=name)
         i.add_incoming(lo, pre)
         b.cbranch(b.icmp_signed("<", i, hi), body, end)
         b.position_at_end(body)
-        saved = self.env.get(s.var.name)
-        self.env[s.var.name] = i
-        self.stmt(s.body)
+        saved = self.env.get(name)
+        self.env[name] = i
+        self.stmt(body_stmt)
         nxt = b.add(i, ir.Constant(I64, 1), flags=["nsw"])
         i.add_incoming(nxt, b.block)
         b.branch(head)
         b.position_at_end(end)
         if saved is not None:
-            self.env[s.var.name] = saved
+            self.env[name] = saved
+
+    def parallel_loop(self, s: For, lo: ir.Value) -> None:
+        """Outline the loop into `i32 fn(i64 task, closure*)` and run it on the thread pool.
+
+        Task t of T runs iterations [lo + t*n/T, lo + (t+1)*n/T): one contiguous chunk per
+        thread. The closure holds the bounds and every value and buffer the body uses.
+        """
+        b = self.builder
+        ext = self.to_i64(self.expr(s.extent), s.extent.dtype)
+        used_vars: set[str] = set()
+        used_bufs: dict[int, Buffer] = {}
+        for st in walk_stmt(s.body):
+            for e in _stmt_exprs(st):
+                for x in walk(e):
+                    if isinstance(x, Var):
+                        used_vars.add(x.name)
+                    elif isinstance(x, Load):
+                        used_bufs.setdefault(id(x.buffer), x.buffer)
+            if isinstance(st, Store):
+                used_bufs.setdefault(id(st.buffer), st.buffer)
+        for buf in used_bufs.values():
+            for x in buf.shape:
+                used_vars.update(v.name for v in walk(x) if isinstance(v, Var))
+        names = sorted(n for n in used_vars if n in self.env and n != s.var.name)
+        bufs = [buf for k, buf in used_bufs.items() if k in self.ptrs]
+        fields = [I64, I64, I64] + [self.env[n].type for n in names] + \
+            [self.ptrs[id(x)].type for x in bufs]
+        st_t = ir.LiteralStructType(fields)
+        with b.goto_block(self.entry):
+            clo = b.alloca(st_t, name="closure")
+        nthreads = ir.Constant(I64, self.threads)
+        ntasks = b.select(b.icmp_signed("<", ext, nthreads), ext, nthreads)
+        values = [lo, ext, ntasks] + [self.env[n] for n in names] + \
+            [self.ptrs[id(x)] for x in bufs]
+        for k, v in enumerate(values):
+            b.store(v, b.gep(clo, [ir.Constant(I32, 0), ir.Constant(I32, k)]))
+        fname = self.module.get_unique_name(f"{self.fn.name}.parallel")
+        fn = ir.Function(self.module, ir.FunctionType(I32, [I64, st_t.as_pointer()]), fname)
+        fn.linkage = "internal"
+        sub = FunctionCodegen.__new__(FunctionCodegen)
+        sub.module, sub.threads, sub.in_parallel, sub.vec = self.module, self.threads, True, None
+        sub.fn, sub.ptrs, sub.env, sub.heap = fn, {}, {}, []
+        sub.entry = fn.append_basic_block("entry")
+        sub.builder = ir.IRBuilder(fn.append_basic_block("body"))
+        sb = sub.builder
+        task, arg = fn.args
+        got = [sb.load(sb.gep(arg, [ir.Constant(I32, 0), ir.Constant(I32, k)]))
+               for k in range(len(fields))]
+        for n, v in zip(names, got[3:]):
+            sub.env[n] = v
+        for x, v in zip(bufs, got[3 + len(names):]):
+            sub.ptrs[id(x)] = v
+        c_lo, c_ext, c_n = got[:3]
+        start = sb.add(c_lo, sb.sdiv(sb.mul(task, c_ext), c_n))
+        stop = sb.add(c_lo, sb.sdiv(sb.mul(sb.add(task, ir.Constant(I64, 1)), c_ext), c_n))
+        sub.serial_loop(s.var.name, start, stop, s.body)
+        sub.finish()
+        i8p = ir.IntType(8).as_pointer()
+        launch = self._declare("tl_parallel_launch", I32, [i8p, i8p, I64])
+        r = b.call(launch, [b.bitcast(fn, i8p), b.bitcast(clo, i8p), ntasks])
+        with b.if_then(b.icmp_signed("!=", r, ir.Constant(I32, 0)), likely=False):
+            b.ret(r)
 
     def allocate(self, s: Allocate) -> None:
         buf = s.buffer
@@ -382,8 +541,9 @@ class FunctionCodegen:
             self.builder.branch(self.fn.blocks[1])
 
 
-def emit_function(module: ir.Module, name: str, buffers, params, body: Stmt) -> ir.Function:
-    cg = FunctionCodegen(module, name, buffers, params)
+def emit_function(module: ir.Module, name: str, buffers, params, body: Stmt,
+                  threads: int = 1) -> ir.Function:
+    cg = FunctionCodegen(module, name, buffers, params, threads)
     cg.stmt(body)
     cg.finish()
     return cg.fn

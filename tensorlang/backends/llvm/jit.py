@@ -12,8 +12,10 @@ from llvmlite import ir
 from ...config import debug_print, timed
 from ...errors import TensorlangError
 from ...ir.expr import Var
-from ...ir.stmt import Buffer, Stmt
+from ...ir.stmt import Buffer, For, LoopKind, Stmt
+from ...ir.visit import walk_stmt
 from .codegen import emit_function
+from .pool import ensure_pool
 from .target import LLVMTarget, target_machine
 
 _CACHE_SIZE = 256
@@ -58,11 +60,15 @@ class _KernelCache:
 CACHE = _KernelCache(_CACHE_SIZE)
 
 
+def has_parallel_loop(body: Stmt) -> bool:
+    return any(isinstance(s, For) and s.kind is LoopKind.PARALLEL for s in walk_stmt(body))
+
+
 def make_module(name: str, buffers: list[Buffer], params: list[Var], body: Stmt,
-                target: LLVMTarget) -> ir.Module:
+                target: LLVMTarget, threads: int = 1) -> ir.Module:
     module = ir.Module(name=name)
     module.triple = target.triple
-    emit_function(module, name, buffers, params, body)
+    emit_function(module, name, buffers, params, body, threads)
     return module
 
 
@@ -77,8 +83,9 @@ def compile_kernel(name: str, buffers: list[Buffer], params: list[Var], body: St
     """LLVM IR for the loop nest, optimised at O3 for `target` and JIT-compiled."""
     if not target.is_host:
         raise TensorlangError(f"cannot run code for {target} in this process")
+    threads = ensure_pool(target_machine(target)) if has_parallel_loop(body) else 1
     with timed("llvm codegen"):
-        text = str(make_module(name, buffers, params, body, target))
+        text = str(make_module(name, buffers, params, body, target, threads))
     key = (text, target)
     cached = CACHE.get(key)
     if cached is not None:

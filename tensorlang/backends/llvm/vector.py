@@ -1,0 +1,223 @@
+"""Vectorized loops: the body of a constant-extent loop as LLVM vector operations.
+
+Inside a vectorized loop every value is a vector with one lane per iteration. A load or
+store whose flat index moves by exactly 1 per iteration is one vector load/store at the
+first lane's address; an index that does not move is one scalar load broadcast to all lanes;
+anything else is a gather/scatter. Conditions (`if`, the arms of `if_then_else`) become lane
+masks, and every memory access under a mask is masked, so a lane that is switched off never
+touches memory (a padded stencil's border reads stay in bounds).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+from llvmlite import ir
+
+from ...errors import TensorlangError
+from ...ir.expr import Add, Cast, Const, Expr, Load, Mul, Sub, Var
+from ...ir.stmt import Let, Store
+from ...ir.visit import substitute, walk
+
+I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
+
+
+def type_suffix(t: ir.Type) -> str:
+    """LLVM's overloaded-intrinsic suffix of a type: f32, i64, v8f32, ..."""
+    if isinstance(t, ir.VectorType):
+        return f"v{t.count}{type_suffix(t.element)}"
+    if isinstance(t, ir.IntType):
+        return f"i{t.width}"
+    if isinstance(t, ir.PointerType):
+        return "p0"
+    return {ir.HalfType: "f16", ir.FloatType: "f32", ir.DoubleType: "f64"}[type(t)]
+
+
+def linear_coeff(e: Expr, var: str) -> int | None:
+    """How much `e` changes when `var` grows by 1, if that is a constant; else None."""
+    if isinstance(e, Var):
+        return 1 if e.name == var else 0
+    if isinstance(e, Const):
+        return 0
+    if isinstance(e, (Add, Sub)):
+        a, b = linear_coeff(e.a, var), linear_coeff(e.b, var)
+        if a is None or b is None:
+            return None
+        return a + b if isinstance(e, Add) else a - b
+    if isinstance(e, Mul):
+        a, b = linear_coeff(e.a, var), linear_coeff(e.b, var)
+        if a == 0 and b == 0:
+            return 0
+        if a is not None and b == 0 and isinstance(e.b, Const):
+            return a * int(e.b.value)
+        if b is not None and a == 0 and isinstance(e.a, Const):
+            return b * int(e.a.value)
+        return None
+    if isinstance(e, Cast) and e.dtype.is_int and e.value.dtype.is_int and \
+            e.dtype.bits >= e.value.dtype.bits:
+        return linear_coeff(e.value, var)
+    # anything else is linear only when it does not involve var at all
+    if any(isinstance(x, Var) and x.name == var for x in walk(e)):
+        return None
+    return 0
+
+
+@dataclass
+class VectorContext:
+    var: str
+    lanes: int
+    lo: ir.Value                                         # the first lane's iteration (i64)
+    vals: dict[str, ir.Value] = field(default_factory=dict)   # Let variables: vectors
+    lets: dict[str, Expr] = field(default_factory=dict)        # ... and their definitions
+    mask: ir.Value | None = None                         # lanes that are on (None: all)
+
+    def iota(self, cg) -> ir.Value:
+        steps = ir.Constant(ir.VectorType(I64, self.lanes), list(range(self.lanes)))
+        return cg.builder.add(cg.splat(self.lo), steps)
+
+    @contextlib.contextmanager
+    def masked(self, cg, cond: ir.Value):
+        saved = self.mask
+        self.mask = cond if saved is None else cg.builder.and_(saved, cond)
+        try:
+            yield
+        finally:
+            self.mask = saved
+
+    def let(self, cg, s: Let) -> None:
+        v = cg.cast(cg.expr(s.value), s.value.dtype, s.var.dtype)
+        self.vals[s.var.name] = v
+        self.lets[s.var.name] = self._expand(s.value)
+
+    def _expand(self, e: Expr) -> Expr:
+        return substitute(e, self.lets) if self.lets else e
+
+    # ---------------------------------------------------------------------- addresses
+    def _kind(self, indices) -> tuple[str, tuple[Expr, ...]]:
+        """'contiguous', 'uniform' or 'gather' for an access, with Let variables expanded."""
+        idx = tuple(self._expand(i) for i in indices)
+        cs = [linear_coeff(i, self.var) for i in idx]
+        if all(c == 0 for c in cs):
+            return "uniform", idx
+        if cs and cs[-1] == 1 and all(c == 0 for c in cs[:-1]):
+            return "contiguous", idx
+        return "gather", idx
+
+    def _scalar_address(self, cg, buf, idx) -> ir.Value:
+        """The address of the first lane (or of every lane, for a uniform access)."""
+        saved_vec, saved = cg.vec, cg.env.get(self.var)
+        cg.vec = None
+        cg.env[self.var] = self.lo
+        try:
+            return cg.address(buf, idx)
+        finally:
+            cg.vec = saved_vec
+            if saved is None:
+                del cg.env[self.var]
+            else:
+                cg.env[self.var] = saved
+
+    def _addresses(self, cg, buf, idx) -> ir.Value:
+        b = cg.builder
+        flat = cg.flat_index(buf, idx)
+        if not isinstance(flat.type, ir.VectorType):
+            flat = cg.splat(flat)
+        base = b.ptrtoint(cg.ptrs[id(buf)], I64)
+        size = ir.Constant(ir.VectorType(I64, self.lanes), buf.dtype.itemsize
+                           if not buf.dtype.is_bool else 1)
+        ints = b.add(cg.splat(base), b.mul(flat, size))
+        ptr_t = cg.ptrs[id(buf)].type
+        return b.inttoptr(ints, ir.VectorType(ptr_t, self.lanes))
+
+    def _all_on(self) -> ir.Value:
+        return ir.Constant(ir.VectorType(I1, self.lanes), [1] * self.lanes)
+
+    def _align(self, buf) -> ir.Constant:
+        return ir.Constant(I32, buf.dtype.itemsize if not buf.dtype.is_bool else 1)
+
+    def _any_on(self, cg) -> ir.Value:
+        t = self.mask.type
+        f = cg._declare(f"llvm.vector.reduce.or.{type_suffix(t)}", I1, [t])
+        return cg.builder.call(f, [self.mask])
+
+    # ---------------------------------------------------------------------- loads
+    def load(self, cg, e: Load) -> ir.Value:
+        b = cg.builder
+        from .codegen import memory_type
+
+        mt = memory_type(e.buffer.dtype)
+        vt = ir.VectorType(mt, self.lanes)
+        kind, idx = self._kind(e.indices)
+        if kind == "uniform":
+            if self.mask is None:
+                v = b.load(self._scalar_address(cg, e.buffer, idx))
+            else:  # read only when some lane is on: the address may be out of bounds
+                with b.if_else(self._any_on(cg)) as (then, other):
+                    with then:
+                        got = b.load(self._scalar_address(cg, e.buffer, idx))
+                        then_bb = b.block
+                    with other:
+                        other_bb = b.block
+                phi = b.phi(mt)
+                phi.add_incoming(got, then_bb)
+                phi.add_incoming(ir.Constant(mt, 0), other_bb)
+                v = phi
+            out = cg.splat(v)
+        elif kind == "contiguous":
+            ptr = b.bitcast(self._scalar_address(cg, e.buffer, idx), vt.as_pointer())
+            if self.mask is None:
+                out = b.load(ptr, align=self._align(e.buffer).constant)
+            else:
+                f = cg._declare(f"llvm.masked.load.{type_suffix(vt)}.p0", vt,
+                                [vt.as_pointer(), I32, self.mask.type, vt])
+                out = b.call(f, [ptr, self._align(e.buffer), self.mask, ir.Constant(vt, None)])
+        else:
+            ptrs = self._addresses(cg, e.buffer, idx)
+            f = cg._declare(f"llvm.masked.gather.{type_suffix(vt)}.v{self.lanes}p0", vt,
+                            [ptrs.type, I32, self.mask.type if self.mask is not None
+                             else self._all_on().type, vt])
+            out = b.call(f, [ptrs, self._align(e.buffer), self.mask or self._all_on(),
+                             ir.Constant(vt, None)])
+        if e.dtype.is_bool:
+            return b.icmp_unsigned("!=", out, ir.Constant(out.type, 0))
+        return out
+
+    # ---------------------------------------------------------------------- stores
+    def store(self, cg, s: Store, v: ir.Value) -> None:
+        b = cg.builder
+        v = cg.splat(v)
+        vt = v.type
+        kind, idx = self._kind(s.indices)
+        if kind == "contiguous":
+            ptr = b.bitcast(self._scalar_address(cg, s.buffer, idx), vt.as_pointer())
+            if self.mask is None:
+                b.store(v, ptr, align=self._align(s.buffer).constant)
+            else:
+                f = cg._declare(f"llvm.masked.store.{type_suffix(vt)}.p0", ir.VoidType(),
+                                [vt, vt.as_pointer(), I32, self.mask.type])
+                b.call(f, [v, ptr, self._align(s.buffer), self.mask])
+            return
+        if kind == "uniform" and self.mask is None:  # the last lane's value wins
+            last = b.extract_element(v, ir.Constant(I32, self.lanes - 1))
+            b.store(last, self._scalar_address(cg, s.buffer, idx))
+            return
+        ptrs = self._addresses(cg, s.buffer, idx)
+        mask = self.mask or self._all_on()
+        # scatter writes overlapping lanes in lane order, as the loop would
+        f = cg._declare(f"llvm.masked.scatter.{type_suffix(vt)}.v{self.lanes}p0",
+                        ir.VoidType(), [vt, ptrs.type, I32, mask.type])
+        b.call(f, [v, ptrs, self._align(s.buffer), mask])
+
+
+def check_vector_body(body) -> None:
+    from ...ir.stmt import For
+    from ...ir.visit import walk_stmt
+
+    for st in walk_stmt(body):
+        if isinstance(st, For):
+            raise TensorlangError(
+                f"vectorize: loop {st.var.name} is nested inside a vectorized loop; vectorize "
+                "the innermost loop"
+            )
+

@@ -1,0 +1,317 @@
+"""Dependences with isl's flow analysis, and exact legality of a schedule with a witness.
+
+Dependences are computed once, on the declared order: RAW (a read and the write it sees),
+WAR (a read and a later write of the element) and WAW (two writes of the element). The
+updates of one reduction commute, so the accumulator's writes are *may* sources (they do
+not hide earlier updates) and the dependences between updates of one output element are
+marked `reduction`: they need not keep their order, but no parallel or vector loop may
+carry them.
+
+A schedule is legal when every other dependence `src -> dst` still has
+time(src) <lex time(dst), and no parallel or vector loop carries any dependence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+
+from ..errors import IllegalScheduleError, TensorlangError
+from ..ir.stmt import LoopKind
+from .astgen import TimedStatement
+
+
+@dataclass(frozen=True)
+class Dependence:
+    kind: str          # "RAW", "WAR" or "WAW"
+    src: str           # statement names
+    dst: str
+    rel: isl.Map       # src instance -> dst instance
+    reduction: bool = False
+
+
+@dataclass(frozen=True)
+class StatementInfo:
+    """How a statement is shown to the user: its stage's name and its variables."""
+
+    stage: str         # stage id
+    label: str         # "C", "C.init"
+    dims: tuple[str, ...]
+    n_spatial: int
+
+
+@dataclass(frozen=True)
+class Witness:
+    """A pair of iterations whose order a schedule breaks; unpacks as (source, sink)."""
+
+    kind: str
+    source: dict[str, int]
+    sink: dict[str, int]
+    source_statement: str
+    sink_statement: str
+    sizes: dict[str, int]
+    source_loops: dict[str, int]
+    sink_loops: dict[str, int]
+
+    def __iter__(self):
+        return iter((self.source, self.sink))
+
+    def __getitem__(self, k: int) -> dict[str, int]:
+        return (self.source, self.sink)[k]
+
+    def __len__(self) -> int:
+        return 2
+
+
+def _union(maps) -> isl.UnionMap | None:
+    out = None
+    for m in maps:
+        u = isl.UnionMap.from_map(m) if isinstance(m, isl.Map) else m
+        out = u if out is None else out.union(u)
+    return out
+
+
+def _maps(u: isl.UnionMap) -> list[isl.Map]:
+    out: list[isl.Map] = []
+    u.foreach_map(out.append)
+    return out
+
+
+def compute_dependences(times: list[TimedStatement], reads: isl.UnionMap,
+                        writes: isl.UnionMap, info: dict[str, StatementInfo],
+                        reduction_updates: set[str]) -> list[Dependence]:
+    """RAW, WAR and WAW dependences of the program in the order given by `times`."""
+    order = _union(t.time for t in times)
+    if order is None:
+        return []
+    space = reads.get_space()
+    may_w, must_w = isl.UnionMap.empty(space), isl.UnionMap.empty(space)
+    for m in _maps(writes):
+        if m.get_tuple_name(isl.dim_type.in_) in reduction_updates:
+            may_w = may_w.union(isl.UnionMap.from_map(m))
+        else:
+            must_w = must_w.union(isl.UnionMap.from_map(m))
+
+    def flow(sink, must, may, kill=None) -> isl.UnionMap:
+        ai = isl.UnionAccessInfo.from_sink(sink).set_must_source(must).set_may_source(may)
+        if kill is not None:
+            ai = ai.set_kill(kill)
+        return ai.set_schedule_map(order).compute_flow().get_may_dependence()
+
+    empty = isl.UnionMap.empty(space)
+    found = (("RAW", flow(reads, must_w, may_w)),
+             ("WAR", flow(writes, empty, reads, kill=must_w)),
+             ("WAW", flow(writes, must_w, may_w)))
+    out: list[Dependence] = []
+    for kind, u in found:
+        for m in _maps(u):
+            src = m.get_tuple_name(isl.dim_type.in_)
+            dst = m.get_tuple_name(isl.dim_type.out)
+            if src == dst and src in reduction_updates:
+                same = m
+                for d in range(info[src].n_spatial):
+                    same = same.equate(isl.dim_type.in_, d, isl.dim_type.out, d)
+                rest = m.subtract(same)
+                if not same.is_empty():
+                    out.append(Dependence(kind, src, dst, same.coalesce(), True))
+                if not rest.is_empty():
+                    out.append(Dependence(kind, src, dst, rest.coalesce()))
+            else:
+                out.append(Dependence(kind, src, dst, m.coalesce()))
+    return out
+
+
+# ------------------------------------------------------------------------------ witness
+def _point_values(s: isl.Set, p: isl.Point) -> list[int]:
+    return [p.get_coordinate_val(isl.dim_type.set, d).to_python()
+            for d in range(s.dim(isl.dim_type.set))]
+
+
+def pick_pair(rel: isl.Map) -> tuple[dict[str, int], list[int], list[int]]:
+    """One pair of `rel`, with the sizes fixed to their smallest values first."""
+    w = rel.wrap()
+    sizes: dict[str, int] = {}
+    npar = w.dim(isl.dim_type.param)
+    if npar:
+        ps = w.params()
+        ps = ps.move_dims(isl.dim_type.set, 0, isl.dim_type.param, 0, npar).lexmin()
+        vals = _point_values(ps, ps.sample_point())
+        for k, v in enumerate(vals):
+            sizes[w.get_dim_name(isl.dim_type.param, k)] = v
+            w = w.fix_val(isl.dim_type.param, k, isl.Val(v))
+    w = w.lexmin()
+    vals = _point_values(w, w.sample_point())
+    n_src = rel.dim(isl.dim_type.in_)
+    return sizes, vals[:n_src], vals[n_src:]
+
+
+def _loop_values(ts: TimedStatement, point: list[int], sizes: dict[str, int]) -> dict[str, int]:
+    m = ts.time
+    for k in range(m.dim(isl.dim_type.param)):
+        name = m.get_dim_name(isl.dim_type.param, k)
+        if name in sizes:
+            m = m.fix_val(isl.dim_type.param, k, isl.Val(sizes[name]))
+    for d, v in enumerate(point):
+        m = m.fix_val(isl.dim_type.in_, d, isl.Val(v))
+    img = m.range()
+    t = _point_values(img, img.sample_point())
+    return {lp.name: t[2 + 2 * li] for li, lp in enumerate(ts.loops)}
+
+
+def _fmt(label: str, dims, vals) -> str:
+    return f"{label}[{', '.join(f'{d}={v}' for d, v in zip(dims, vals))}]"
+
+
+def _fmt_loops(loops: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in loops.items())
+
+
+def _element(dep: Dependence, sizes, src, dst, reads, writes) -> str:
+    """The buffer element through which `dst` depends on `src`, as text."""
+    def inst(name, vals, n):
+        text = ", ".join(f"{v}" for v in vals)
+        ctx = " and ".join(f"{k} = {v}" for k, v in sizes.items())
+        pre = f"[{', '.join(sizes)}] -> " if sizes else ""
+        ctx = f" : {ctx}" if ctx else ""
+        return isl.UnionSet(f"{pre}{{ {name}[{text}]{ctx} }}")
+
+    a = reads if dep.kind == "WAR" else writes
+    b = writes if dep.kind in ("WAR", "WAW") else reads
+    ea = inst(dep.src, src, len(src)).apply(a)
+    eb = inst(dep.dst, dst, len(dst)).apply(b)
+    common = ea.intersect(eb)
+    if common.is_empty():
+        return "an element"
+    s = isl.Set.from_union_set(common) if common.n_set() == 1 else None
+    if s is None:
+        return "an element"
+    vals = _point_values(s, s.sample_point())
+    return f"{s.get_tuple_name()}[{', '.join(map(str, vals))}]"
+
+
+def _describe(dep: Dependence, info, src_txt: str, dst_txt: str, elem: str) -> str:
+    if dep.kind == "RAW":
+        return f"{dst_txt} reads {elem} written by {src_txt} (RAW)"
+    if dep.kind == "WAR":
+        return f"{dst_txt} overwrites {elem}, which {src_txt} reads first (WAR)"
+    return f"{dst_txt} overwrites {elem}, which {src_txt} wrote first (WAW)"
+
+
+def _distance_hint(dep: Dependence, info, src, dst) -> str:
+    si, di = info[dep.src], info[dep.dst]
+    if si.stage != di.stage:
+        return ""
+    n = min(len(src), len(dst))
+    dist = [dst[k] - src[k] for k in range(n)]
+    dims = di.dims[:n]
+    text = (f" The dependence distance is ({', '.join(map(str, dist))}) in "
+            f"({', '.join(dims)}).")
+    for a in range(n):
+        if dist[a] < 0:
+            for b in range(a):
+                if dist[b] > 0:
+                    f = -(-(-dist[a]) // dist[b])
+                    return text + (f" skew({dims[b]}, {dims[a]}, factor={f}) before splitting "
+                                   "or reordering makes it non-negative in every loop.")
+    return text
+
+
+def _prefix(m: isl.Map, keep: int) -> isl.Map:
+    n = m.dim(isl.dim_type.out)
+    return m.project_out(isl.dim_type.out, keep, n - keep)
+
+
+def _raise(primitive: str, stage: str, dep: Dependence, rel: isl.Map, info, times, reads,
+           writes, why: str, hint: str) -> None:
+    sizes, src, dst = pick_pair(rel)
+    si, di = info[dep.src], info[dep.dst]
+    ls = _loop_values(times[dep.src], src, sizes)
+    ld = _loop_values(times[dep.dst], dst, sizes)
+    src_txt, dst_txt = _fmt(si.label, si.dims, src), _fmt(di.label, di.dims, dst)
+    elem = _element(dep, sizes, src, dst, reads, writes)
+    msg = f"{primitive} on stage {stage}: {_describe(dep, info, src_txt, dst_txt, elem)}"
+    msg += why.format(src=src_txt, dst=dst_txt, ls=_fmt_loops(ls), ld=_fmt_loops(ld))
+    if sizes:
+        msg += f" (with {', '.join(f'{k}={v}' for k, v in sizes.items())})"
+    msg += "." + hint
+    w = Witness(dep.kind, dict(zip(si.dims, src)), dict(zip(di.dims, dst)), dep.src, dep.dst,
+                sizes, ls, ld)
+    raise IllegalScheduleError(msg, w)
+
+
+_PARALLEL_KINDS = (LoopKind.PARALLEL, LoopKind.VECTORIZED, LoopKind.GPU_BLOCK,
+                   LoopKind.GPU_THREAD)
+
+
+def check_legality(primitive: str, stage: str, times: list[TimedStatement],
+                   deps: list[Dependence], info: dict[str, StatementInfo],
+                   reads: isl.UnionMap, writes: isl.UnionMap) -> None:
+    """Raise IllegalScheduleError when `times` break a dependence touching `stage`."""
+    by_name = {t.stmt.name: t for t in times}
+    mine = [d for d in deps if info[d.src].stage == stage or info[d.dst].stage == stage]
+    for dep in mine:
+        if dep.reduction:
+            continue
+        ta, tb = by_name[dep.src].time, by_name[dep.dst].time
+        bad = dep.rel.intersect(ta.lex_ge_map(tb))
+        if not bad.is_empty():
+            _raise(primitive, stage, dep, bad, info, by_name, reads, writes,
+                   ", but the new order runs {dst} (loops {ld}) no later than {src} "
+                   "(loops {ls})", _distance_hint(dep, info, *pick_pair(bad)[1:]))
+    for dep in mine:
+        a, b = by_name[dep.src], by_name[dep.dst]
+        for li, lp in enumerate(a.loops):
+            if lp.kind not in _PARALLEL_KINDS or info[dep.src].stage != stage:
+                continue
+            if li >= len(b.loops) or b.loops[li].name != lp.name or \
+                    info[dep.dst].stage != stage:
+                continue
+            p = 2 + 2 * li
+            same_before = _prefix(a.time, p).apply_range(_prefix(b.time, p).reverse())
+            same_at = _prefix(a.time, p + 1).apply_range(_prefix(b.time, p + 1).reverse())
+            carried = dep.rel.intersect(same_before).subtract(same_at)
+            if carried.is_empty():
+                continue
+            what = {LoopKind.PARALLEL: "parallel", LoopKind.VECTORIZED: "vectorized"}.get(
+                lp.kind, "bound to a GPU index")
+            if dep.reduction:
+                red = info[dep.src].dims[info[dep.src].n_spatial:]
+                hint = (f" The loop runs the updates of one reduction; use "
+                        f"rfactor({info[dep.src].label.split('.')[0]}, ...) over "
+                        f"{'/'.join(red)} to reduce in parallel.")
+            else:
+                hint = _distance_hint(dep, info, *pick_pair(carried)[1:]) + (
+                    " Only a loop that carries no dependence can run in parallel: skew the "
+                    "loops and reorder them so an outer loop carries it (a wavefront).")
+            _raise(primitive, stage, dep, carried, info, by_name, reads, writes,
+                   f", but {lp.name} is {what}, so {{dst}} (loops {{ld}}) may run at the "
+                   "same time as {src} (loops {ls})", hint)
+
+
+def check_self_reads(stage: str, label: str, own_reads: list[isl.Map],
+                     writer: isl.Map, project: isl.Map) -> None:
+    """A recurrence may read only elements that the declared order has already computed.
+
+    `own_reads` map instances to elements of the stage's own output, `writer` maps the
+    instance that finishes an element (pure statement or init) to it, `project` maps a read
+    instance to the spatial point it computes.
+    """
+    writer_of = writer.reverse()
+    dom = writer.domain()
+    later = dom.lex_le_set(dom)  # { a -> b : a <=lex b }
+    for m in own_reads:
+        rel = m.apply_range(writer_of)
+        bad = rel.intersect(project.apply_range(later))
+        if bad.is_empty():
+            continue
+        sizes, p, q = pick_pair(bad)
+        dims = [m.get_dim_name(isl.dim_type.in_, d) for d in range(len(p))]
+        at = ", ".join(f"{d}={v}" for d, v in zip(dims, p))
+        with_sizes = f" (with {', '.join(f'{k}={v}' for k, v in sizes.items())})" \
+            if sizes else ""
+        raise TensorlangError(
+            f"recurrence {label}: {label}[{at}] reads {label}[{', '.join(map(str, q))}]"
+            f"{with_sizes}, which the declared order (lexicographic in the stage's axes) has "
+            "not computed yet; a recurrence may read only earlier elements"
+        )
