@@ -13,7 +13,7 @@ import numpy as np
 from .dtype import DType
 from .expr import (
     EQ, GE, GT, LE, LT, NE, Add, And, BinaryOp, CmpOp, Const, Div, Expr, FloorDiv, FloorMod,
-    Max, Min, Mul, Not, Or, Select, Sub,
+    Max, Min, Mul, Not, Or, Select, Sub, structural_key,
 )
 from .stmt import Stmt
 from .visit import map_expr, map_stmt
@@ -136,7 +136,79 @@ def rule_logic(e: Expr) -> Expr | None:
     return None
 
 
-SIMPLIFY = (rule_fold_consts, rule_add_zero, rule_mul_one, rule_reassociate_consts, rule_logic)
+def _linear_terms(e: Expr, sign: int, terms: dict, consts: list) -> int:
+    """Collect e into {atom key: [atom, coefficient]} and constants; returns the leaf count."""
+    match e:
+        case Add(a, b):
+            return _linear_terms(a, sign, terms, consts) + _linear_terms(b, sign, terms, consts)
+        case Sub(a, b):
+            return _linear_terms(a, sign, terms, consts) + _linear_terms(b, -sign, terms, consts)
+        case Const(c):
+            consts.append(sign * int(c))
+            return 1
+        case Mul(x, Const(c)) | Mul(Const(c), x):
+            k = structural_key(x)
+            terms.setdefault(k, [x, 0])[1] += sign * int(c)
+            return 1
+    k = structural_key(e)
+    terms.setdefault(k, [e, 0])[1] += sign
+    return 1
+
+
+def rule_linear(e: Expr) -> Expr | None:
+    """Integer sums with like terms or several constants: i*2 + 4 - i*2 + 1 -> 5."""
+    if not isinstance(e, (Add, Sub)) or not e.dtype.is_int or e.dtype.lanes != 1:
+        return None
+    terms: dict = {}
+    consts: list[int] = []
+    leaves = _linear_terms(e, 1, terms, consts)
+    kept = [(x, c) for x, c in terms.values() if c != 0]
+    const = sum(consts)
+    if len(kept) + (const != 0) >= leaves:
+        return None
+    d = e.dtype
+
+    def term(x, c):
+        return x if abs(c) == 1 else Mul(x, Const(abs(c), d), d)
+
+    pos = [term(x, c) for x, c in kept if c > 0]
+    neg = [term(x, c) for x, c in kept if c < 0]
+    out: Expr | None = None
+    for t in pos:
+        out = t if out is None else Add(out, t, d)
+    if out is None and (const > 0 or not neg):
+        out, const = Const(_wrap(const, d), d), 0
+    for t in neg:
+        out = Sub(Const(0, d), t, d) if out is None else Sub(out, t, d)
+    if const:
+        out = Add(out, Const(const, d), d) if const > 0 else Sub(out, Const(-const, d), d)
+    if _linear_terms(out, 1, {}, []) >= leaves:
+        return None
+    return out
+
+
+def rule_sub_negative(e: Expr) -> Expr | None:
+    """x * (-c) + y -> y - x * c and y + x * (-c) -> y - x * c on integers."""
+    match e:
+        case Add(Mul(x, Const(c)), y) | Add(y, Mul(x, Const(c))) if e.dtype.is_int and \
+                not e.dtype.is_unsigned and c < 0 and e.dtype.lanes == 1:
+            d = e.dtype
+            return Sub(y, Mul(x, Const(-c, d), d), d)
+    return None
+
+
+def rule_min_plus_const(e: Expr) -> Expr | None:
+    """min(a, b) + c -> min(a + c, b + c) on integers when a or b is a constant."""
+    match e:
+        case Add(Min(a, b) | Max(a, b) as m, Const(c)) if e.dtype.is_int and \
+                (isinstance(a, Const) or isinstance(b, Const)):
+            d = e.dtype
+            return type(m)(Add(a, Const(c, d), d), Add(b, Const(c, d), d), d)
+    return None
+
+
+SIMPLIFY = (rule_fold_consts, rule_add_zero, rule_mul_one, rule_reassociate_consts, rule_logic,
+            rule_linear, rule_sub_negative, rule_min_plus_const)
 
 
 def apply_rules(e: Expr, rules=SIMPLIFY) -> Expr | None:

@@ -211,7 +211,7 @@ def _distance_hint(dep: Dependence, info, src, dst) -> str:
         if dist[a] < 0:
             for b in range(a):
                 if dist[b] > 0:
-                    f = -(-(-dist[a]) // dist[b])
+                    f = (-dist[a] + dist[b] - 1) // dist[b]
                     return text + (f" skew({dims[b]}, {dims[a]}, factor={f}) before splitting "
                                    "or reordering makes it non-negative in every loop.")
     return text
@@ -277,13 +277,15 @@ def check_legality(primitive: str, stage: str, times: list[TimedStatement],
                 lp.kind, "bound to a GPU index")
             if dep.reduction:
                 red = info[dep.src].dims[info[dep.src].n_spatial:]
-                hint = (f" The loop runs the updates of one reduction; use "
-                        f"rfactor({info[dep.src].label.split('.')[0]}, ...) over "
-                        f"{'/'.join(red)} to reduce in parallel.")
+                hint = (f" {lp.name} runs updates of one reduction (over {', '.join(red)}); "
+                        f"use s.rfactor({info[dep.src].label}, {red[0]}) to reduce in "
+                        "parallel, or make a spatial loop parallel instead.")
             else:
-                hint = _distance_hint(dep, info, *pick_pair(carried)[1:]) + (
-                    " Only a loop that carries no dependence can run in parallel: skew the "
-                    "loops and reorder them so an outer loop carries it (a wavefront).")
+                hint = _distance_hint(dep, info, *pick_pair(carried)[1:])
+                if len(info[dep.dst].dims) >= 2:
+                    hint += (" Only a loop that carries no dependence can be parallel: skew "
+                             "the loops and reorder them so an outer loop carries every "
+                             "dependence (a wavefront); then the inner loop is parallel.")
             _raise(primitive, stage, dep, carried, info, by_name, reads, writes,
                    f", but {lp.name} is {what}, so {{dst}} (loops {{ld}}) may run at the "
                    "same time as {src} (loops {ls})", hint)

@@ -104,9 +104,10 @@ def reorder_dims(state: StageState, names: list[str]) -> StageState:
 
 
 def fuse_dims(state: StageState, outer: str, inner: str) -> StageState:
-    """Fuse adjacent loops into `outer.inner.fused` == outer*extent(inner) + (inner - min).
+    """Fuse adjacent loops into `outer.inner.fused` == outer*E + (inner - min).
 
-    The inner loop's range must be constant: a symbolic extent would make the map non-affine.
+    E is the inner loop's largest extent, which must be a constant (a symbolic one would make
+    the map non-affine); a shorter last inner loop leaves a gap that the fused loop skips.
     """
     d = state.loop_index(outer)
     if state.loop_index(inner) != d + 1:
@@ -114,14 +115,16 @@ def fuse_dims(state: StageState, outer: str, inner: str) -> StageState:
             f"fuse({outer}, {inner}) on stage {state.stage}: the loops must be adjacent with "
             f"{outer} directly outside {inner}; the loops are {[lp.name for lp in state.loops]}"
         )
-    rng = loop_const_range(state, d + 1)
-    if rng is None:
+    r = loop_range(state, d + 1)
+    lo = 0 if r.is_empty() else _const(r.dim_min(0))
+    ext = loop_extent_bound(state, d + 1)
+    if lo is None or ext is None:
         raise NotImplementedError(
             f"fuse({outer}, {inner}) on stage {state.stage}: the inner loop's range depends on "
-            "the sizes or on outer loops; tensorlang fuses only loops whose inner extent is a "
-            "constant (split it first, e.g. split(..., factor=...))"
+            "the sizes; tensorlang fuses only loops whose inner loop starts at a constant and "
+            "runs a bounded number of iterations (split it first, e.g. split(..., factor=...))"
         )
-    lo, ext = rng
+    ext = max(ext, 1)
     n = len(state.loops)
     outs = [f"l{k}" for k in range(n)]
     outs[d:d + 2] = [f"{ext}*l{d} + l{d + 1} - ({lo})"]
@@ -136,7 +139,7 @@ def skew_dims(state: StageState, outer: str, inner: str, factor: int) -> StageSt
     a, b = state.loop_index(outer), state.loop_index(inner)
     n = len(state.loops)
     outs = [f"l{k}" for k in range(n)]
-    outs[b] = f"l{b} + ({factor})*l{a}"
+    outs[b] = f"l{b} {'+' if factor > 0 else '-'} {abs(factor)}*l{a}"
     sched = state.sched.apply_range(_loop_map(n, outs))
     return state.with_loops(state.loops, sched, f"skew({outer}, {inner}, factor={factor})")
 

@@ -151,7 +151,7 @@ def _check_recurrence(prog: Program, st) -> None:
            if x.name in names and acc.buffer is out
            and not (x.name in prog.reduction_updates
                     and all(map(same, acc.indices, spatial)))]
-    for x, acc, m in own:
+    for _x, acc, _m in own:
         if not acc.affine:
             raise NotImplementedError(
                 f"recurrence {st.op.name}: the read {out.name}[...] has a non-affine index; "
@@ -166,5 +166,5 @@ def _check_recurrence(prog: Program, st) -> None:
         sp = ", ".join(x.dims[:len(st.op.axis)])
         projections[x.name] = isl.Map(
             f"[{prog.ptext}] -> {{ {x.name}[{dims}] -> {writer.name}[{sp}] }}")
-    for x, acc, m in own:
+    for x, _acc, m in own:
         check_self_reads(st.id, st.op.name, [m], w, projections[x.name])

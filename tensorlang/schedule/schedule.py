@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -100,6 +100,7 @@ class Stage:
         return name
 
     def _apply(self, new, call: str, removed: tuple[str, ...] = ()) -> None:
+        new = self._refresh_tags(new, call)
         states = {st.id: st.state for st in self.schedule.stages}
         states[self.id] = new
         self.schedule.program.check(call, self.id, states)
@@ -107,6 +108,25 @@ class Stage:
         for r in removed:
             self._gone[r] = call
         self.schedule.trace.append(TraceEntry(self.id, call))
+
+    def _refresh_tags(self, state, call: str):
+        """Vector and unrolled loops keep a constant trip-count bound, and a vector loop stays
+        innermost, whatever primitive comes after."""
+        loops = list(state.loops)
+        for d, lp in enumerate(loops):
+            if lp.kind not in (LoopKind.VECTORIZED, LoopKind.UNROLLED):
+                continue
+            what = "vectorized" if lp.kind is LoopKind.VECTORIZED else "unrolled"
+            if lp.kind is LoopKind.VECTORIZED and d != len(loops) - 1:
+                raise ScheduleError(f"{call} on stage {self.id}: the vectorized loop {lp.name} "
+                                    "would no longer be the innermost loop")
+            bound = loop_extent_bound(state, d)
+            if bound is None:
+                raise ScheduleError(f"{call} on stage {self.id}: the {what} loop {lp.name} "
+                                    "would have an extent that grows with the sizes")
+            if bound != lp.max_extent:
+                loops[d] = replace(lp, max_extent=bound)
+        return replace(state, loops=tuple(loops))
 
     def _ax(self, name: str) -> LoopAxis:
         return LoopAxis(self, name)

@@ -1,0 +1,146 @@
+"""A pure-Python interpreter of the loop IR: the reference that schedules are tested against.
+
+Slow and simple on purpose. Values are numpy scalars of each expression's dtype (so integer
+wrap-around and float rounding match compiled code for the basic operations); buffers are
+numpy arrays. `parallel_order="reverse"` runs parallel and vectorized loops backwards, which
+exposes a schedule whose parallel loop carries a dependence.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import TensorlangError
+from .expr import (
+    EQ, GE, GT, LE, LT, NE, Add, And, Call, Cast, Const, Div, Expr, FloorDiv, FloorMod, Load,
+    Max, Min, Mul, Not, Or, Select, Sub, Var,
+)
+from .stmt import Allocate, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store
+
+_CMP = {LT: np.less, LE: np.less_equal, GT: np.greater, GE: np.greater_equal, EQ: np.equal,
+        NE: np.not_equal}
+_CALLS = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "sin": np.sin, "cos": np.cos,
+          "tanh": np.tanh, "floor": np.floor, "ceil": np.ceil, "fabs": np.abs, "pow": np.power,
+          "isnan": np.isnan}
+
+
+def _scalar(v, dtype):
+    return dtype.np.type(v)
+
+
+class Interpreter:
+    def __init__(self, buffers: dict[int, np.ndarray], env: dict[str, int],
+                 parallel_order: str = "forward"):
+        self.mem = dict(buffers)
+        self.env: dict[str, object] = dict(env)
+        self.reverse = parallel_order == "reverse"
+
+    def flat(self, buf: Buffer, indices) -> int:
+        arr = self.mem.get(id(buf))
+        if arr is None:
+            raise TensorlangError(f"interp: buffer {buf.name} is not bound")
+        idx = tuple(int(self.expr(i)) for i in indices)
+        for d, (i, n) in enumerate(zip(idx, arr.shape)):
+            if not 0 <= i < n:
+                raise IndexError(f"interp: {buf.name} index {d} = {i} is out of [0, {n})")
+        return idx
+
+    def expr(self, e: Expr):
+        with np.errstate(all="ignore"):
+            return self._expr(e)
+
+    def _expr(self, e: Expr):
+        if isinstance(e, Var):
+            return self.env[e.name]
+        if isinstance(e, Const):
+            return _scalar(e.value, e.dtype)
+        if isinstance(e, Load):
+            return self.mem[id(e.buffer)][self.flat(e.buffer, e.indices)]
+        if isinstance(e, Select):  # only the taken arm is evaluated, as in compiled code
+            return self._expr(e.true_value) if self._expr(e.cond) else self._expr(e.false_value)
+        if isinstance(e, Cast):
+            v = self._expr(e.value)
+            if e.dtype.is_int and e.value.dtype.is_float:
+                info = np.iinfo(e.dtype.np)
+                f = float(v)
+                v = 0 if math.isnan(f) else min(max(math.trunc(f), info.min), info.max)
+            return _scalar(v, e.dtype) if not e.dtype.is_bool else np.bool_(v)
+        if isinstance(e, (And, Or)):
+            a, b = bool(self._expr(e.a)), bool(self._expr(e.b))
+            return np.bool_(a and b) if isinstance(e, And) else np.bool_(a or b)
+        if isinstance(e, Not):
+            return np.bool_(not self._expr(e.a))
+        if type(e) in _CMP:
+            return np.bool_(_CMP[type(e)](self._expr(e.a), self._expr(e.b)))
+        if isinstance(e, Call):
+            args = [self._expr(a) for a in e.args]
+            if e.name == "erf":
+                return _scalar(math.erf(float(args[0])), e.dtype)
+            return _scalar(_CALLS[e.name](*args), e.dtype)
+        a, b = _scalar(self._expr(e.a), e.dtype), _scalar(self._expr(e.b), e.dtype)
+        if isinstance(e, Add):
+            return a + b
+        if isinstance(e, Sub):
+            return a - b
+        if isinstance(e, Mul):
+            return a * b
+        if isinstance(e, Div):
+            return a / b
+        if isinstance(e, Min):
+            return np.minimum(a, b)
+        if isinstance(e, Max):
+            return np.maximum(a, b)
+        if isinstance(e, (FloorDiv, FloorMod)):
+            if e.dtype.is_int and b == 0:
+                return _scalar(0, e.dtype)
+            return a // b if isinstance(e, FloorDiv) else a % b
+        raise TensorlangError(f"interp: unsupported expression {type(e).__name__}")
+
+    def stmt(self, s: Stmt) -> None:
+        if isinstance(s, Seq):
+            for x in s.stmts:
+                self.stmt(x)
+        elif isinstance(s, Store):
+            v = self.expr(s.value)
+            self.mem[id(s.buffer)][self.flat(s.buffer, s.indices)] = v
+        elif isinstance(s, For):
+            lo, n = int(self.expr(s.min)), int(self.expr(s.extent))
+            its = range(lo, lo + n)
+            if self.reverse and s.kind in (LoopKind.PARALLEL, LoopKind.VECTORIZED):
+                its = reversed(its)
+            saved = self.env.get(s.var.name)
+            for i in its:
+                self.env[s.var.name] = np.int64(i)
+                self.stmt(s.body)
+            self.env[s.var.name] = saved
+        elif isinstance(s, If):
+            if self.expr(s.cond):
+                self.stmt(s.then_body)
+            elif s.else_body is not None:
+                self.stmt(s.else_body)
+        elif isinstance(s, Let):
+            saved = self.env.get(s.var.name)
+            self.env[s.var.name] = _scalar(self.expr(s.value), s.var.dtype)
+            self.stmt(s.body)
+            self.env[s.var.name] = saved
+        elif isinstance(s, Allocate):
+            shape = tuple(int(self.expr(x)) for x in s.buffer.shape)
+            self.mem[id(s.buffer)] = np.zeros(shape, s.buffer.dtype.np)
+            self.stmt(s.body)
+            del self.mem[id(s.buffer)]
+        else:
+            raise TensorlangError(f"interp: unsupported statement {type(s).__name__}")
+
+
+def run_lowered(f, arrays: list[np.ndarray], sizes: dict[str, int] | None = None,
+                parallel_order: str = "forward") -> None:
+    """Run a LoweredFunc on numpy arrays (outputs written in place), sizes from the shapes."""
+    env: dict[str, object] = {k: np.int64(v) for k, v in (sizes or {}).items()}
+    for buf, arr in zip(f.buffers, arrays):
+        for ext, n in zip(buf.shape, arr.shape):
+            if isinstance(ext, Var):
+                env.setdefault(ext.name, np.int64(n))
+    mem = {id(b): a for b, a in zip(f.buffers, arrays)}
+    Interpreter(mem, env, parallel_order).stmt(f.body)
