@@ -24,3 +24,8 @@ def random_array(rng, shape, dtype):
 
 def build(outputs, args, target="llvm"):
     return tl.build(tl.create_schedule(outputs), args, target=target)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--legality-examples", type=int, default=2000,
+                     help="examples of the legality-vs-brute-force property test")

@@ -113,3 +113,28 @@ def test_unknown_targets():
         tl.build(s, [A, B, C], target="llvm -mtriple=aarch64-linux-gnu")
     with pytest.raises(NotImplementedError, match="cuda target"):
         tl.build(s, [A, B, C], target="cuda")
+
+
+def test_cache_eviction_keeps_llvm_alive(monkeypatch):
+    """Regression: an evicted kernel's engine freed the shared target machine (segfault)."""
+    import gc
+
+    from tensorlang.backends.llvm import jit
+
+    monkeypatch.setattr(jit.CACHE, "size", 3)
+    def kernel(t):
+        A = tl.placeholder((t + 1,), name="A")
+        B = tl.compute((t + 1,), lambda i: A[i] * 2.0 + float(t), name="B")
+        return tl.build(tl.create_schedule(B), [A, B])
+
+    kept = []
+    for t in range(12):
+        f = kernel(t)
+        if t % 4 == 0:
+            kept.append((f, t))
+        gc.collect()
+    for f, t in kept:
+        a = np.ones(t + 1, np.float32)
+        b = np.zeros_like(a)
+        f(a, b)
+        np.testing.assert_array_equal(b, 2 + t)

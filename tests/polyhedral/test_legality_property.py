@@ -7,7 +7,7 @@ brute force: the schedule, applied *without* the check, is run in the IR interpr
 parallel loops forwards and backwards) on several random inputs with the output preset to
 NaN, and is legal exactly when every run equals the declared order's result.
 
-Examples: 2,000 in CI (the "ci" profile); `pytest --hypothesis-profile=long` runs 20,000.
+Examples: 2,000 in CI; `pytest ... --legality-examples=20000` runs more.
 """
 
 import numpy as np
@@ -18,12 +18,6 @@ import tensorlang as tl
 from tensorlang.ir.interp import run_lowered
 from tensorlang.ir.stmt import LoopKind
 from tensorlang.polyhedral import transform as T
-
-settings.register_profile("ci", max_examples=2000, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("long", max_examples=20000, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile("ci")
 
 OFFSETS = [(0, 1), (0, 2), (1, 0), (1, 1), (1, -1), (1, 2), (1, -2), (2, 0), (2, -1), (2, 1)]
 
@@ -66,8 +60,13 @@ def unchecked(state, prim, args):
     return T.tag_dim(state, args[0], LoopKind.PARALLEL)
 
 
-@given(st.data())
-def test_checker_equals_brute_force(data):
+def test_checker_equals_brute_force(request):
+    examples = request.config.getoption("--legality-examples")
+    settings(max_examples=examples, deadline=None, database=None,
+             suppress_health_check=[HealthCheck.too_slow])(given(st.data())(check_one))()
+
+
+def check_one(data):
     n = data.draw(st.integers(1, 5), label="n")
     m = data.draw(st.integers(1, 5), label="m")
     k = data.draw(st.integers(1, 3), label="reads")

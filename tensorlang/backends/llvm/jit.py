@@ -16,7 +16,7 @@ from ...ir.stmt import Buffer, For, LoopKind, Stmt
 from ...ir.visit import walk_stmt
 from .codegen import emit_function
 from .pool import ensure_pool
-from .target import LLVMTarget, target_machine
+from .target import LLVMTarget, new_target_machine, target_machine
 
 _CACHE_SIZE = 256
 
@@ -83,7 +83,7 @@ def compile_kernel(name: str, buffers: list[Buffer], params: list[Var], body: St
     """LLVM IR for the loop nest, optimised at O3 for `target` and JIT-compiled."""
     if not target.is_host:
         raise TensorlangError(f"cannot run code for {target} in this process")
-    threads = ensure_pool(target_machine(target)) if has_parallel_loop(body) else 1
+    threads = ensure_pool(new_target_machine(target)) if has_parallel_loop(body) else 1
     with timed("llvm codegen"):
         text = str(make_module(name, buffers, params, body, target, threads))
     key = (text, target)
@@ -102,7 +102,7 @@ def compile_kernel(name: str, buffers: list[Buffer], params: list[Var], body: St
         optimise(mod, tm)
     debug_print(3, "LLVM IR", str(mod))
     with timed("llvm jit"):
-        engine = llvm.create_mcjit_compiler(mod, tm)
+        engine = llvm.create_mcjit_compiler(mod, new_target_machine(target))
         engine.finalize_object()
         addr = engine.get_function_address(name)
     argtypes = [ctypes.c_void_p] * len(buffers) + [ctypes.c_int64] * len(params)

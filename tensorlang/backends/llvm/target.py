@@ -79,6 +79,13 @@ def parse_target(target: str) -> LLVMTarget:
 
 @functools.cache
 def target_machine(t: LLVMTarget, jit: bool = True) -> llvm.TargetMachine:
+    """A shared target machine for optimising and printing; never give it to an engine."""
+    return new_target_machine(t, jit)
+
+
+def new_target_machine(t: LLVMTarget, jit: bool = True) -> llvm.TargetMachine:
+    """A target machine of one's own: an execution engine takes ownership of (and frees) the
+    one it is created with, so each engine needs a fresh one."""
     _init()
     try:
         tgt = llvm.Target.from_triple(t.triple)
