@@ -259,6 +259,22 @@ def _axis_names(fcompute, ndim: int, who: str) -> list[str]:
     return names
 
 
+def _spatial_axes(kind: str, name: str, shape, fcompute, skip: int):
+    """Check a compute's name, function and shape; its axes named after fcompute's
+    parameters (the first `skip` parameters are not indices)."""
+    who = f"{kind} {name}"
+    if not isinstance(name, str) or not name.isidentifier():
+        raise TensorlangError(f"{kind}: name must be an identifier, got {name!r}")
+    if not callable(fcompute):
+        raise TensorlangError(f"{who}: fcompute must be callable, got {fcompute!r}")
+    shape = _check_shape(shape, who)
+    names = _axis_names(fcompute, len(shape) + skip, who)[skip:]
+    if len(set(names)) != len(names):
+        raise TensorlangError(f"{who}: index names must differ, got {names}")
+    axis = tuple(IterVar(Var(n, int32), ext, IterVar.SPATIAL) for n, ext in zip(names, shape))
+    return who, shape, axis
+
+
 def compute(shape, fcompute, name: str = "compute") -> Tensor:
     """A tensor whose element at each index is `fcompute(*index)`.
 
@@ -266,16 +282,7 @@ def compute(shape, fcompute, name: str = "compute") -> Tensor:
     >>> compute((4,), lambda i: A[i] * 2.0, name="B").op.body
     A[i] * 2.0
     """
-    who = f"compute {name}"
-    if not isinstance(name, str) or not name.isidentifier():
-        raise TensorlangError(f"compute: name must be an identifier, got {name!r}")
-    if not callable(fcompute):
-        raise TensorlangError(f"{who}: fcompute must be callable, got {fcompute!r}")
-    shape = _check_shape(shape, who)
-    names = _axis_names(fcompute, len(shape), who)
-    if len(set(names)) != len(names):
-        raise TensorlangError(f"{who}: index names must differ, got {names}")
-    axis = tuple(IterVar(Var(n, int32), ext, IterVar.SPATIAL) for n, ext in zip(names, shape))
+    who, shape, axis = _spatial_axes("compute", name, shape, fcompute, 0)
     body = fcompute(*axis)
     if isinstance(body, (tuple, list)):
         raise NotImplementedError(f"{who}: computes with several outputs are not supported yet")
@@ -298,17 +305,9 @@ def recurrence(shape, fcompute, dtype: str | DType = "float32",
     """
     from .intrin import if_then_else  # noqa: F401  (used in the doctest)
 
-    who = f"recurrence {name}"
-    if not isinstance(name, str) or not name.isidentifier():
-        raise TensorlangError(f"recurrence: name must be an identifier, got {name!r}")
-    if not callable(fcompute):
-        raise TensorlangError(f"{who}: fcompute must be callable, got {fcompute!r}")
-    shape = _check_shape(shape, who)
-    names = _axis_names(fcompute, len(shape) + 1, who)[1:]
-    if len(set(names)) != len(names):
-        raise TensorlangError(f"{who}: index names must differ, got {names}")
+    who, shape, axis = _spatial_axes("recurrence", name, shape, fcompute, 1)
+    names = [a.name for a in axis]
     d = as_dtype(dtype, f"{who} dtype")
-    axis = tuple(IterVar(Var(n, int32), ext, IterVar.SPATIAL) for n, ext in zip(names, shape))
     op = ComputeOp(name, axis, None, d, is_recurrence=True)
     body = fcompute(op.output, *axis)
     if isinstance(body, (tuple, list)):
