@@ -199,15 +199,23 @@ class _Translator:
                 if n.for_is_degenerate():
                     return Let(v, simplify(init), self.node(n.for_get_body()))
                 inc = n.for_get_inc()
-                if inc.get_type() != isl.ast_expr_type.int or inc.get_val().to_python() != 1:
-                    raise TensorlangError("internal: isl produced a loop with a stride")
+                if inc.get_type() != isl.ast_expr_type.int:
+                    raise TensorlangError("internal: isl produced a loop with a symbolic stride")
+                step = inc.get_val().to_python()
                 cond = n.for_get_cond()
                 op = cond.get_op_type()
                 ub = self.expr(cond.get_op_arg(1))
                 extent = ub - init + 1 if op == isl.ast_expr_op_type.le else ub - init
                 body = self.node(n.for_get_body())
                 init, extent = simplify(init), simplify(extent)
-                return _loop(v, init, extent, body, info)
+                if step == 1:
+                    return _loop(v, init, extent, body, info)
+                # a strided loop (isl found that only every step-th value has points): count
+                # its iterations with k and let v = init + step * k
+                k = Var(self.unique(f"{v.name}_k"), int64)
+                trips = simplify((extent + (step - 1)) // step)
+                body = Let(v, simplify(init + k * step), body)
+                return _loop(k, Const(0, int64), trips, body, info)
             finally:
                 if saved is None:
                     del self.env[it]

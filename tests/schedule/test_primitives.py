@@ -358,3 +358,21 @@ def test_trace_prints_and_replays():
     A2, B2, C2 = matmul()
     s2 = s.replay(tl.create_schedule(C2))
     assert str(tl.lower(s2, [A2, B2, C2])) == str(tl.lower(s, [A, B, C]))
+
+
+def test_strided_loop_from_isl():
+    """Regression (found by the long property run): skew + split + reorder where isl emits a
+    loop with a stride of 2."""
+    x = tl.placeholder((3, 1), dtype="float64", name="x")
+    u = tl.recurrence((3, 1), lambda u, i, j: x[i, j] + tl.if_then_else(
+        j >= 1, u[i, j - 1], 0.0), dtype="float64", name="u")
+    s = tl.create_schedule(u)
+    s[u].skew("i", "j")
+    s[u].split("i", factor=2)
+    s[u].reorder("i.inner", "j", "i.outer")
+    assert "// 2" in str(tl.lower(s, [x, u]))
+    f = tl.build(s, [x, u])
+    xv = RNG.random((3, 1))
+    out = np.zeros((3, 1))
+    f(xv, out)
+    np.testing.assert_allclose(out, xv)
