@@ -169,7 +169,7 @@ def _fmt_loops(loops: dict[str, int]) -> str:
 
 def _element(dep: Dependence, sizes, src, dst, reads, writes) -> str:
     """The buffer element through which `dst` depends on `src`, as text."""
-    def inst(name, vals, n):
+    def inst(name, vals):
         text = ", ".join(f"{v}" for v in vals)
         ctx = " and ".join(f"{k} = {v}" for k, v in sizes.items())
         pre = f"[{', '.join(sizes)}] -> " if sizes else ""
@@ -178,8 +178,8 @@ def _element(dep: Dependence, sizes, src, dst, reads, writes) -> str:
 
     a = reads if dep.kind == "WAR" else writes
     b = writes if dep.kind in ("WAR", "WAW") else reads
-    ea = inst(dep.src, src, len(src)).apply(a)
-    eb = inst(dep.dst, dst, len(dst)).apply(b)
+    ea = inst(dep.src, src).apply(a)
+    eb = inst(dep.dst, dst).apply(b)
     common = ea.intersect(eb)
     if common.is_empty():
         return "an element"
@@ -190,7 +190,7 @@ def _element(dep: Dependence, sizes, src, dst, reads, writes) -> str:
     return f"{s.get_tuple_name()}[{', '.join(map(str, vals))}]"
 
 
-def _describe(dep: Dependence, info, src_txt: str, dst_txt: str, elem: str) -> str:
+def _describe(dep: Dependence, src_txt: str, dst_txt: str, elem: str) -> str:
     if dep.kind == "RAW":
         return f"{dst_txt} reads {elem} written by {src_txt} (RAW)"
     if dep.kind == "WAR":
@@ -223,18 +223,19 @@ def _prefix(m: isl.Map, keep: int) -> isl.Map:
 
 
 def _raise(primitive: str, stage: str, dep: Dependence, rel: isl.Map, info, times, reads,
-           writes, why: str, hint: str) -> None:
+           writes, why: str, hint) -> None:
+    """Raise with one pair of `rel`; `hint(src, dst)` gives the advice for that pair."""
     sizes, src, dst = pick_pair(rel)
     si, di = info[dep.src], info[dep.dst]
     ls = _loop_values(times[dep.src], src, sizes)
     ld = _loop_values(times[dep.dst], dst, sizes)
     src_txt, dst_txt = _fmt(si.label, si.dims, src), _fmt(di.label, di.dims, dst)
     elem = _element(dep, sizes, src, dst, reads, writes)
-    msg = f"{primitive} on stage {stage}: {_describe(dep, info, src_txt, dst_txt, elem)}"
+    msg = f"{primitive} on stage {stage}: {_describe(dep, src_txt, dst_txt, elem)}"
     msg += why.format(src=src_txt, dst=dst_txt, ls=_fmt_loops(ls), ld=_fmt_loops(ld))
     if sizes:
         msg += f" (with {', '.join(f'{k}={v}' for k, v in sizes.items())})"
-    msg += "." + hint
+    msg += "." + hint(src, dst)
     w = Witness(dep.kind, dict(zip(si.dims, src)), dict(zip(di.dims, dst)), dep.src, dep.dst,
                 sizes, ls, ld)
     raise IllegalScheduleError(msg, w)
@@ -258,14 +259,15 @@ def check_legality(primitive: str, stage: str, times: list[TimedStatement],
         if not bad.is_empty():
             _raise(primitive, stage, dep, bad, info, by_name, reads, writes,
                    ", but the new order runs {dst} (loops {ld}) no later than {src} "
-                   "(loops {ls})", _distance_hint(dep, info, *pick_pair(bad)[1:]))
+                   "(loops {ls})", lambda p, q, dep=dep: _distance_hint(dep, info, p, q))
     for dep in mine:
+        if info[dep.src].stage != stage or info[dep.dst].stage != stage:
+            continue  # deps between stages are ordered by the stages' positions
         a, b = by_name[dep.src], by_name[dep.dst]
         for li, lp in enumerate(a.loops):
-            if lp.kind not in _PARALLEL_KINDS or info[dep.src].stage != stage:
+            if lp.kind not in _PARALLEL_KINDS:
                 continue
-            if li >= len(b.loops) or b.loops[li].name != lp.name or \
-                    info[dep.dst].stage != stage:
+            if li >= len(b.loops) or b.loops[li].name != lp.name:
                 continue
             p = 2 + 2 * li
             same_before = _prefix(a.time, p).apply_range(_prefix(b.time, p).reverse())
@@ -277,43 +279,44 @@ def check_legality(primitive: str, stage: str, times: list[TimedStatement],
                 lp.kind, "bound to a GPU index")
             if dep.reduction:
                 red = info[dep.src].dims[info[dep.src].n_spatial:]
-                hint = (f" {lp.name} runs updates of one reduction (over {', '.join(red)}); "
+                text = (f" {lp.name} runs updates of one reduction (over {', '.join(red)}); "
                         f"use s.rfactor({info[dep.src].label}, {red[0]}) to reduce in "
                         "parallel, or make a spatial loop parallel instead.")
+
+                def hint(p, q, text=text):
+                    return text
             else:
-                hint = _distance_hint(dep, info, *pick_pair(carried)[1:])
-                if len(info[dep.dst].dims) >= 2:
-                    hint += (" Only a loop that carries no dependence can be parallel: skew "
-                             "the loops and reorder them so an outer loop carries every "
-                             "dependence (a wavefront); then the inner loop is parallel.")
+                wave = "" if len(info[dep.dst].dims) < 2 else (
+                    " Only a loop that carries no dependence can be parallel: skew the loops "
+                    "and reorder them so an outer loop carries every dependence (a "
+                    "wavefront); then the inner loop is parallel.")
+
+                def hint(p, q, dep=dep, wave=wave):
+                    return _distance_hint(dep, info, p, q) + wave
             _raise(primitive, stage, dep, carried, info, by_name, reads, writes,
                    f", but {lp.name} is {what}, so {{dst}} (loops {{ld}}) may run at the "
                    "same time as {src} (loops {ls})", hint)
 
 
-def check_self_reads(stage: str, label: str, own_reads: list[isl.Map],
-                     writer: isl.Map, project: isl.Map) -> None:
+def check_self_read(label: str, read: isl.Map, writer: isl.Map, project: isl.Map) -> None:
     """A recurrence may read only elements that the declared order has already computed.
 
-    `own_reads` map instances to elements of the stage's own output, `writer` maps the
+    `read` maps instances to elements of the stage's own output, `writer` maps the
     instance that finishes an element (pure statement or init) to it, `project` maps a read
     instance to the spatial point it computes.
     """
     writer_of = writer.reverse()
     dom = writer.domain()
     later = dom.lex_le_set(dom)  # { a -> b : a <=lex b }
-    for m in own_reads:
-        rel = m.apply_range(writer_of)
-        bad = rel.intersect(project.apply_range(later))
-        if bad.is_empty():
-            continue
-        sizes, p, q = pick_pair(bad)
-        dims = [m.get_dim_name(isl.dim_type.in_, d) for d in range(len(p))]
-        at = ", ".join(f"{d}={v}" for d, v in zip(dims, p))
-        with_sizes = f" (with {', '.join(f'{k}={v}' for k, v in sizes.items())})" \
-            if sizes else ""
-        raise TensorlangError(
-            f"recurrence {label}: {label}[{at}] reads {label}[{', '.join(map(str, q))}]"
-            f"{with_sizes}, which the declared order (lexicographic in the stage's axes) has "
-            "not computed yet; a recurrence may read only earlier elements"
-        )
+    bad = read.apply_range(writer_of).intersect(project.apply_range(later))
+    if bad.is_empty():
+        return
+    sizes, p, q = pick_pair(bad)
+    dims = [read.get_dim_name(isl.dim_type.in_, d) for d in range(len(p))]
+    at = ", ".join(f"{d}={v}" for d, v in zip(dims, p))
+    with_sizes = f" (with {', '.join(f'{k}={v}' for k, v in sizes.items())})" if sizes else ""
+    raise TensorlangError(
+        f"recurrence {label}: {label}[{at}] reads {label}[{', '.join(map(str, q))}]"
+        f"{with_sizes}, which the declared order (lexicographic in the stage's axes) has "
+        "not computed yet; a recurrence may read only earlier elements"
+    )

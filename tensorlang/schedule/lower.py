@@ -12,7 +12,7 @@ from ..ir.expr import Expr, Load, Var
 from ..ir.printer import expr_str, stmt_str
 from ..ir.stmt import Allocate, Buffer, Stmt
 from ..ir.visit import map_expr, map_stmt
-from ..polyhedral import BoundsViolation, check_bounds, generate_loops
+from ..polyhedral import BoundsViolation, generate_loops
 from ..te.tensor import Tensor
 from .schedule import Schedule
 
@@ -104,10 +104,9 @@ def lower(s: Schedule, args, name: str = "main") -> LoweredFunc:
         bufs = prog.bufs
         arg_ids = {id(a) for a in args if isinstance(a, Tensor)}
         arg_bufs = [bufs[id(a)] for a in args if isinstance(a, Tensor)]
-        allocs = [b for k, b in bufs.items() if k not in arg_ids and
-                  not any(b is bufs[id(p)] for p in s.placeholders)]
-        with timed("bounds check"):
-            violations = check_bounds(prog.statements, prog.access, prog.context)
+        inputs = {id(p) for p in s.placeholders}
+        allocs = [b for k, b in bufs.items() if k not in arg_ids and k not in inputs]
+        violations = prog.violations
         with timed("isl ast"):
             timed_stmts = prog.times({st.id: st.state for st in s.stages})
             debug_print(4, "isl schedule", "\n".join(str(t.time) for t in timed_stmts))

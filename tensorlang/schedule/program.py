@@ -16,10 +16,12 @@ from ..ir.expr import Var, same
 from ..ir.simplify import simplify
 from ..ir.stmt import Buffer
 from ..ir.visit import free_vars, substitute, walk
-from ..polyhedral import accumulator_buffers, stage_statements, statement_times
+from ..polyhedral import (
+    accumulator_buffers, check_bounds, stage_statements, statement_times,
+)
 from ..polyhedral.astgen import TimedStatement
 from ..polyhedral.deps import (
-    Dependence, StatementInfo, check_legality, check_self_reads, compute_dependences,
+    Dependence, StatementInfo, check_legality, check_self_read, compute_dependences,
 )
 from ..polyhedral.model import AccessRelations, Statement, access_map, access_relations
 
@@ -65,6 +67,16 @@ class Program:
     reduction_updates: set[str]
     initial: dict[str, object]             # stage id -> declared StageState
     _deps: list[Dependence] | None = field(default=None, repr=False)
+    _violations: list | None = field(default=None, repr=False)
+
+    @property
+    def violations(self) -> list:
+        """Size-dependent out-of-bounds reads (a runtime precondition); raises BoundsError
+        for reads that are out of bounds for every size. Independent of the schedule."""
+        if self._violations is None:
+            with timed("bounds check"):
+                self._violations = check_bounds(self.statements, self.access, self.context)
+        return self._violations
 
     def times(self, states) -> list[TimedStatement]:
         return statement_times(states, self.statements, self.order)
@@ -167,4 +179,4 @@ def _check_recurrence(prog: Program, st) -> None:
         projections[x.name] = isl.Map(
             f"[{prog.ptext}] -> {{ {x.name}[{dims}] -> {writer.name}[{sp}] }}")
     for x, _acc, m in own:
-        check_self_reads(st.id, st.op.name, [m], w, projections[x.name])
+        check_self_read(st.op.name, m, w, projections[x.name])

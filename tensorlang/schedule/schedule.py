@@ -207,8 +207,9 @@ class Stage:
     def _tag(self, x, prim: str, kind: LoopKind) -> None:
         name = self._loop(x, prim, "loop")
         d = self.state.loop_index(name)
+        new = tag_dim(self.state, name, kind)  # vector/unrolled loops get their extent bound
         if kind in (LoopKind.VECTORIZED, LoopKind.UNROLLED):
-            bound = loop_extent_bound(self.state, d)
+            bound = new.loops[d].max_extent
             if bound is None:
                 raise ScheduleError(
                     f"{prim}: loop {name} of stage {self.id} has an extent that grows with the "
@@ -221,7 +222,7 @@ class Stage:
         if kind is LoopKind.VECTORIZED and d != len(self.state.loops) - 1:
             raise ScheduleError(f"vectorize: loop {name} of stage {self.id} is not the "
                                 f"innermost loop ({self.loops[-1]} is); reorder it inwards first")
-        self._apply(tag_dim(self.state, name, kind), f"{prim}({name})")
+        self._apply(new, f"{prim}({name})")
 
     def unroll(self, loop) -> None:
         """Unroll a loop of constant (or constant-bounded) extent."""

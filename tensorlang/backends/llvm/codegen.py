@@ -324,8 +324,9 @@ class FunctionCodegen:
         d = e.dtype
         half = d.name == "float16"
         if half:  # libm and most targets compute half math in float
-            args = [b.fpext(a, self.ty(d).__class__(ir.FloatType(), self.vec.lanes)
-                            if self.vec is not None else ir.FloatType()) for a in args]
+            wide = ir.FloatType() if self.vec is None else \
+                ir.VectorType(ir.FloatType(), self.vec.lanes)
+            args = [b.fpext(a, wide) for a in args]
         t = args[0].type
         if e.name in _INTRINSICS:
             out = b.call(self._intrinsic(e.name, t, len(args)), args)
