@@ -100,9 +100,17 @@ def compute_dependences(times: list[TimedStatement], reads: isl.UnionMap,
         return ai.set_schedule_map(order).compute_flow().get_may_dependence()
 
     empty = isl.UnionMap.empty(space)
-    found = (("RAW", flow(reads, must_w, may_w)),
-             ("WAR", flow(writes, empty, reads, kill=must_w)),
-             ("WAW", flow(writes, must_w, may_w)))
+    if writes.reverse().is_single_valued():
+        # every element has at most one writer: no WAW, and RAW/WAR pairs are the write and
+        # the reads of one element on either side of it; no flow analysis is needed
+        before = order.lex_lt_union_map(order)
+        same = writes.apply_range(reads.reverse())        # write -> read of its element
+        found = (("RAW", same.intersect(before)),
+                 ("WAR", same.reverse().intersect(before)))
+    else:
+        found = (("RAW", flow(reads, must_w, may_w)),
+                 ("WAR", flow(writes, empty, reads, kill=must_w)),
+                 ("WAW", flow(writes, must_w, may_w)))
     out: list[Dependence] = []
     for kind, u in found:
         for m in _maps(u):
