@@ -19,7 +19,7 @@ from ..ir.expr import (
     binary, compare, select,
 )
 from ..ir.simplify import simplify
-from ..ir.stmt import For, If, Let, LoopKind, Stmt, seq
+from ..ir.stmt import Allocate, For, If, Let, LoopKind, Seq, Stmt, seq
 from ..ir.visit import map_stmt, substitute
 from .model import Loop, StageState, Statement
 
@@ -50,19 +50,22 @@ def _reduce_cut(state: StageState) -> int:
     return len(state.loops)
 
 
-def _interleave(n_loops: int, pos: int, width: int, cut: int | None, name: str) -> isl.Map:
-    """{ [l0..l(n-1)] -> [pos, b0, l0, ..., b(width-1), l(width-1)] } with b_cut = 1."""
+def _interleave(path: list[int], n_loops: int, name: str = "T") -> isl.Map:
+    """{ [l0..l(n-1)] -> [path0, path1, l0, path2, l1, ...] }, padded to the path's length."""
     ls = [f"l{d}" for d in range(n_loops)]
-    out = [str(pos)]
-    for d in range(width):
-        out.append("1" if cut is not None and d == cut else "0")
+    out = [str(path[0])]
+    for d in range(len(path) - 1):
+        out.append(str(path[d + 1]))
         out.append(ls[d] if d < n_loops else "0")
     return isl.Map(f"{{ [{', '.join(ls)}] -> {name}[{', '.join(out)}] }}")
 
 
-def statement_times(states: dict[str, StageState], statements: list[Statement],
-                    order: list[str]) -> list[TimedStatement]:
-    width = max((len(states[s].loops) for s in order), default=0)
+def base_entries(states: dict[str, StageState], statements: list[Statement],
+                 order: list[str]):
+    """Every statement at root: its path (stage position, then 0s; a reduction's update gets
+    1 before its first reduce loop) and its loop map."""
+    from .placement import Entry
+
     out = []
     for st in statements:
         state = states[st.stage]
@@ -71,15 +74,14 @@ def statement_times(states: dict[str, StageState], statements: list[Statement],
         loops = state.loops
         if not st.is_init:
             own = sched.intersect_domain(st.domain.set_tuple_name(state.stage))
-            own = own.set_tuple_name(isl.dim_type.in_, st.name)
+            own = own.set_tuple_name(isl.dim_type.in_, st.name).reset_tuple_id(isl.dim_type.out)
         if not state.is_reduction:
-            time = own.apply_range(_interleave(len(loops), pos, width, None, "T"))
-            out.append(TimedStatement(st, time, loops))
+            out.append(Entry(st, st.name, [pos] + [0] * len(loops), own, loops))
             continue
         cut = _reduce_cut(state)
         if not st.is_init:
-            time = own.apply_range(_interleave(len(loops), pos, width, cut, "T"))
-            out.append(TimedStatement(st, time, loops))
+            path = [pos] + [1 if d == cut else 0 for d in range(len(loops))]
+            out.append(Entry(st, st.name, path, own, loops))
             continue
         # init: the loops before the cut, then the later loops that involve no reduce axis
         nred = len(state.axes) - state.n_spatial
@@ -90,16 +92,25 @@ def statement_times(states: dict[str, StageState], statements: list[Statement],
                 m = m.project_out(isl.dim_type.out, d, 1)
         m = m.project_out(isl.dim_type.in_, state.n_spatial, nred)
         m = m.set_tuple_name(isl.dim_type.in_, st.name).intersect_domain(st.domain)
+        m = m.reset_tuple_id(isl.dim_type.out)
         if not m.is_injective():
             raise NotImplementedError(
                 f"stage {st.stage}: a loop mixes spatial and reduce axes after the reduction's "
                 "first loop, so its initialisation cannot be placed; reorder the spatial loops "
                 "outside the reduce loops"
             )
-        time = m.apply_range(_interleave(len(keep), pos, width, None, "T"))
-        # init's loops keep their positions before the cut; later ones move up
-        init_loops = tuple(loops[d] for d in keep)
-        out.append(TimedStatement(st, time, init_loops))
+        out.append(Entry(st, st.name, [pos] + [0] * len(keep), m, tuple(loops[d] for d in keep)))
+    return out
+
+
+def timed_statements(entries) -> list[TimedStatement]:
+    """Time maps of placed entries, all of one width."""
+    width = max((len(e.path) for e in entries), default=1)
+    out = []
+    for e in entries:
+        path = e.padded(width)
+        time = e.lmap.apply_range(_interleave(path, len(e.loops)))
+        out.append(TimedStatement(e.stmt, time, e.loops))
     return out
 
 
@@ -118,10 +129,22 @@ _LOGIC = {isl.ast_expr_op_type.and_: And, isl.ast_expr_op_type.and_then: And,
 
 
 class _Translator:
-    def __init__(self, timed: list[TimedStatement], params: dict[str, Var]):
+    def __init__(self, timed: list[TimedStatement], params: dict[str, Var], locals_=()):
         self.by_name = {t.stmt.name: t for t in timed}
         self.params = params
         self.env: dict[str, Var] = {}  # isl iterator -> loop variable
+        self.locals = list(locals_)
+
+    def allocate_locals(self, k: int, body: Stmt, parallel: bool) -> Stmt:
+        """A compute_at buffer lives in each iteration of its loop (time dim k), and of any
+        parallel loop outside it, so that iterations never share it."""
+        from .placement import uses_buffer
+
+        for L in self.locals:
+            if (k == L.time_dim or (parallel and k < L.time_dim)) and \
+                    uses_buffer(body, L.buffer):
+                body = Allocate(L.buffer, body)
+        return body
 
     def expr(self, e: isl.AstExpr) -> Expr:
         t = e.get_type()
@@ -190,6 +213,7 @@ class _Translator:
             return seq(self.node(kids.get_at(i)) for i in range(kids.n_ast_node()))
         if t == isl.ast_node_type.for_:
             it = n.for_get_iterator().get_id().get_name()
+            k_dim = int(it[1:])
             info = self.loop_info(it, n.for_get_body())
             v = Var(self.unique(info.name.replace(".", "_")), int64)
             init = self.expr(n.for_get_init())
@@ -197,7 +221,8 @@ class _Translator:
             self.env[it] = v
             try:
                 if n.for_is_degenerate():
-                    return Let(v, simplify(init), self.node(n.for_get_body()))
+                    body = self.allocate_locals(k_dim, self.node(n.for_get_body()), False)
+                    return Let(v, simplify(init), body)
                 inc = n.for_get_inc()
                 if inc.get_type() != isl.ast_expr_type.int:
                     raise TensorlangError("internal: isl produced a loop with a symbolic stride")
@@ -207,6 +232,9 @@ class _Translator:
                 ub = self.expr(cond.get_op_arg(1))
                 extent = ub - init + 1 if op == isl.ast_expr_op_type.le else ub - init
                 body = self.node(n.for_get_body())
+                body = self.allocate_locals(
+                    k_dim, body, info.kind in (LoopKind.PARALLEL, LoopKind.GPU_BLOCK,
+                                               LoopKind.GPU_THREAD))
                 init, extent = simplify(init), simplify(extent)
                 if step == 1:
                     return _loop(v, init, extent, body, info)
@@ -248,7 +276,7 @@ def _loop(v: Var, init: Expr, extent: Expr, body: Stmt, info: Loop) -> Stmt:
 
 
 def generate_loops(timed: list[TimedStatement], context: isl.Set,
-                   params: dict[str, Var]) -> Stmt:
+                   params: dict[str, Var], locals_=()) -> Stmt:
     """Build the loop nest of all statements with isl's AST builder and translate it."""
     if not timed:
         return seq([])
@@ -261,5 +289,64 @@ def generate_loops(timed: list[TimedStatement], context: isl.Set,
         ids = ids.add(isl.Id(f"t{k}"))
     build = isl.AstBuild.from_context(context).set_iterators(ids)
     root = build.node_from_schedule_map(union)
-    return _Translator(timed, params).node(root)
+    body = _Translator(timed, params, locals_).node(root)
+    return _allocate_rest(body, locals_)
+
+
+def _allocate_rest(body: Stmt, locals_) -> Stmt:
+    """Local buffers whose loop isl did not emit (one iteration): at the innermost statement
+    that encloses every use not already inside an allocation of the buffer."""
+    from .placement import uses_buffer
+
+    def free_use(s: Stmt, buf) -> bool:
+        if isinstance(s, Allocate) and s.buffer is buf:
+            return False
+        if isinstance(s, (For, Let, Allocate)):
+            return free_use(s.body, buf)
+        if isinstance(s, Seq):
+            return any(free_use(x, buf) for x in s.stmts)
+        if isinstance(s, If):
+            return free_use(s.then_body, buf) or (
+                s.else_body is not None and free_use(s.else_body, buf)) or \
+                uses_buffer(If(s.cond, Seq(())), buf)
+        return uses_buffer(s, buf)
+
+    def wrap(s: Stmt, buf) -> Stmt:
+        if isinstance(s, (For, Let)) and not uses_buffer(_head(s), buf):
+            return _with_body(s, wrap(s.body, buf))
+        if isinstance(s, Allocate):
+            return Allocate(s.buffer, wrap(s.body, buf))
+        if isinstance(s, Seq):
+            users = [i for i, x in enumerate(s.stmts) if free_use(x, buf)]
+            if len(users) == 1:
+                i = users[0]
+                return Seq(s.stmts[:i] + (wrap(s.stmts[i], buf),) + s.stmts[i + 1:])
+            a, b = users[0], users[-1] + 1
+            return Seq(s.stmts[:a] + (Allocate(buf, seq(s.stmts[a:b])),) + s.stmts[b:])
+        if isinstance(s, If) and not uses_buffer(If(s.cond, Seq(())), buf):
+            t = free_use(s.then_body, buf)
+            f = s.else_body is not None and free_use(s.else_body, buf)
+            if t and not f:
+                return If(s.cond, wrap(s.then_body, buf), s.else_body)
+            if f and not t:
+                return If(s.cond, s.then_body, wrap(s.else_body, buf))
+        return Allocate(buf, s)
+
+    for L in locals_:
+        if free_use(body, L.buffer):
+            body = wrap(body, L.buffer)
+    return body
+
+
+def _head(s: Stmt) -> Stmt:
+    """A For or Let without its body (for use checks of its own expressions)."""
+    if isinstance(s, For):
+        return For(s.var, s.min, s.extent, Seq(()), s.kind, s.thread_tag)
+    return Let(s.var, s.value, Seq(()))
+
+
+def _with_body(s: Stmt, body: Stmt) -> Stmt:
+    if isinstance(s, For):
+        return For(s.var, s.min, s.extent, body, s.kind, s.thread_tag)
+    return Let(s.var, s.value, body)
 

@@ -167,8 +167,15 @@ def _loop_values(ts: TimedStatement, point: list[int], sizes: dict[str, int]) ->
     return {lp.name: t[2 + 2 * li] for li, lp in enumerate(ts.loops)}
 
 
+HIDDEN = "tl__"  # internal dimensions (a compute_at prefix), not shown to users
+
+
+def _shown(dims, vals) -> dict[str, int]:
+    return {d: v for d, v in zip(dims, vals) if not d.startswith(HIDDEN)}
+
+
 def _fmt(label: str, dims, vals) -> str:
-    return f"{label}[{', '.join(f'{d}={v}' for d, v in zip(dims, vals))}]"
+    return f"{label}[{', '.join(f'{d}={v}' for d, v in _shown(dims, vals).items())}]"
 
 
 def _fmt_loops(loops: dict[str, int]) -> str:
@@ -211,8 +218,10 @@ def _distance_hint(dep: Dependence, info, src, dst) -> str:
     if si.stage != di.stage:
         return ""
     n = min(len(src), len(dst))
-    dist = [dst[k] - src[k] for k in range(n)]
-    dims = di.dims[:n]
+    keep = [k for k in range(n) if not di.dims[k].startswith(HIDDEN)]
+    dist = [dst[k] - src[k] for k in keep]
+    dims = [di.dims[k] for k in keep]
+    n = len(keep)
     text = (f" The dependence distance is ({', '.join(map(str, dist))}) in "
             f"({', '.join(dims)}).")
     for a in range(n):
@@ -244,7 +253,7 @@ def _raise(primitive: str, stage: str, dep: Dependence, rel: isl.Map, info, time
     if sizes:
         msg += f" (with {', '.join(f'{k}={v}' for k, v in sizes.items())})"
     msg += "." + hint(src, dst)
-    w = Witness(dep.kind, dict(zip(si.dims, src)), dict(zip(di.dims, dst)), dep.src, dep.dst,
+    w = Witness(dep.kind, _shown(si.dims, src), _shown(di.dims, dst), dep.src, dep.dst,
                 sizes, ls, ld)
     raise IllegalScheduleError(msg, w)
 
@@ -258,7 +267,8 @@ def check_legality(primitive: str, stage: str, times: list[TimedStatement],
                    reads: isl.UnionMap, writes: isl.UnionMap) -> None:
     """Raise IllegalScheduleError when `times` break a dependence touching `stage`."""
     by_name = {t.stmt.name: t for t in times}
-    mine = [d for d in deps if info[d.src].stage == stage or info[d.dst].stage == stage]
+    mine = [d for d in deps if stage is None or info[d.src].stage == stage
+            or info[d.dst].stage == stage]
     for dep in mine:
         if dep.reduction:
             continue
@@ -269,7 +279,8 @@ def check_legality(primitive: str, stage: str, times: list[TimedStatement],
                    ", but the new order runs {dst} (loops {ld}) no later than {src} "
                    "(loops {ls})", lambda p, q, dep=dep: _distance_hint(dep, info, p, q))
     for dep in mine:
-        if info[dep.src].stage != stage or info[dep.dst].stage != stage:
+        if info[dep.src].stage != info[dep.dst].stage or (
+                stage is not None and info[dep.src].stage != stage):
             continue  # deps between stages are ordered by the stages' positions
         a, b = by_name[dep.src], by_name[dep.dst]
         for li, lp in enumerate(a.loops):

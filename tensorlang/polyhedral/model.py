@@ -48,6 +48,8 @@ class StageState:
     loops: tuple[Loop, ...]
     sched: isl.Map
     trace: tuple[str, ...] = field(default=())
+    attach: tuple[str, str] | None = None   # (consumer stage, loop) for compute_at; None: root
+    scope: str = "local"                    # storage of its values when attached
 
     @property
     def is_reduction(self) -> bool:

@@ -10,9 +10,9 @@ from ..config import debug_print, timed
 from ..errors import TensorlangError
 from ..ir.expr import Expr, Load, Var
 from ..ir.printer import expr_str, stmt_str
-from ..ir.stmt import Allocate, Buffer, Stmt
-from ..ir.visit import map_expr, map_stmt
-from ..polyhedral import BoundsViolation, generate_loops
+from ..ir.stmt import Allocate, Buffer, Stmt, Store
+from ..ir.visit import map_expr, map_stmt, walk_stmt
+from ..polyhedral import BoundsViolation, generate_loops, timed_statements
 from ..te.tensor import Tensor
 from .schedule import Schedule
 
@@ -82,6 +82,11 @@ def _replace_buffers(s: Stmt, bufs: dict[int, Buffer]) -> Stmt:
     return map_stmt(s, lambda e: map_expr(e, fn), lambda b: bufs.get(id(b), b))
 
 
+def _stored_buffers(body: Stmt) -> set[int]:
+    """ids of the tensors (and buffers) that the loop nest stores to."""
+    return {id(x.buffer) for x in walk_stmt(body) if isinstance(x, Store)}
+
+
 def lower(s: Schedule, args, name: str = "main") -> LoweredFunc:
     """Check the schedule and generate its loop nest.
 
@@ -105,12 +110,15 @@ def lower(s: Schedule, args, name: str = "main") -> LoweredFunc:
         arg_ids = {id(a) for a in args if isinstance(a, Tensor)}
         arg_bufs = [bufs[id(a)] for a in args if isinstance(a, Tensor)]
         inputs = {id(p) for p in s.placeholders}
-        allocs = [b for k, b in bufs.items() if k not in arg_ids and k not in inputs]
         violations = prog.violations
         with timed("isl ast"):
-            timed_stmts = prog.times({st.id: st.state for st in s.stages})
+            pl = prog.place({st.id: st.state for st in s.stages})
+            timed_stmts = timed_statements(pl.entries)
             debug_print(4, "isl schedule", "\n".join(str(t.time) for t in timed_stmts))
-            body = generate_loops(timed_stmts, prog.context, params)
+            body = generate_loops(timed_stmts, prog.context, params, pl.locals)
+        used = _stored_buffers(body)
+        allocs = [b for k, b in bufs.items()
+                  if k not in arg_ids and k not in inputs and k in used]
         body = _replace_buffers(body, bufs)
         for b in reversed(allocs):
             body = Allocate(b, body)

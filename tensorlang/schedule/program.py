@@ -16,14 +16,15 @@ from ..ir.expr import Var, same
 from ..ir.simplify import simplify
 from ..ir.stmt import Buffer
 from ..ir.visit import free_vars, substitute, walk
-from ..polyhedral import (
-    accumulator_buffers, check_bounds, stage_statements, statement_times,
-)
-from ..polyhedral.astgen import TimedStatement
+from ..polyhedral import accumulator_buffers, check_bounds, stage_statements
+from ..polyhedral.astgen import TimedStatement, base_entries, timed_statements
+from ..polyhedral.placement import Placement, loop_prefix, place
 from ..polyhedral.deps import (
     Dependence, StatementInfo, check_legality, check_self_read, compute_dependences,
 )
-from ..polyhedral.model import AccessRelations, Statement, access_map, access_relations
+from ..polyhedral.model import (
+    AccessRelations, Statement, access_map, access_relations, statement_writes,
+)
 
 
 def _stage_vars(op) -> set[str]:
@@ -66,6 +67,10 @@ class Program:
     order: list[str]                       # stage ids
     reduction_updates: set[str]
     initial: dict[str, object]             # stage id -> declared StageState
+    outputs: dict[str, tuple]              # stage id -> (output tensor, accumulators...)
+    labels: dict[str, str]                 # stage id -> the compute's name
+    stmt_reads: dict[str, dict[int, isl.Map]] = field(default_factory=dict)
+    stmt_writes: dict[str, dict[int, isl.Map]] = field(default_factory=dict)
     _deps: list[Dependence] | None = field(default=None, repr=False)
     _violations: list | None = field(default=None, repr=False)
 
@@ -78,8 +83,20 @@ class Program:
                 self._violations = check_bounds(self.statements, self.access, self.context)
         return self._violations
 
+    def stage_label(self, sid: str) -> str:
+        return self.labels[sid]
+
+    def stage_output(self, sid: str):
+        return self.outputs[sid][0]
+
+    def stage_tensors(self, sid: str) -> tuple:
+        return self.outputs[sid]
+
+    def place(self, states) -> Placement:
+        return place(self, states, base_entries(states, self.statements, self.order))
+
     def times(self, states) -> list[TimedStatement]:
-        return statement_times(states, self.statements, self.order)
+        return timed_statements(self.place(states).entries)
 
     @property
     def deps(self) -> list[Dependence]:
@@ -92,10 +109,58 @@ class Program:
                 f"{d.kind}{' (reduction)' if d.reduction else ''}: {d.rel}" for d in self._deps))
         return self._deps
 
-    def check(self, primitive: str, stage: str, states) -> None:
+    def check(self, primitive: str, stage: str | None, states) -> None:
+        """Raise IllegalScheduleError when `states` break a dependence (touching `stage`,
+        or any when None). Dependences of stages computed inside others are checked between
+        the copies that really communicate (see `expand_dependences`)."""
         with timed(f"legality of {primitive}"):
-            check_legality(primitive, stage, self.times(states), self.deps, self.info,
-                           self.access.reads, self.access.writes)
+            pl = self.place(states)
+            times = timed_statements(pl.entries)
+            if not any(e.expand is not None for e in pl.entries):
+                check_legality(primitive, stage, times, self.deps, self.info,
+                               self.access.reads, self.access.writes)
+                return
+            deps, info, reads, writes = expand_dependences(self, pl, states)
+            check_legality(primitive, stage, times, deps, info, reads, writes)
+
+
+def expand_dependences(prog: Program, pl: Placement, states):
+    """The program's dependences between placed (expanded) statement instances.
+
+    A copy of a stage computed at a consumer's loop writes a local buffer, so a dependence
+    through that buffer links only copies in the same iteration of the loop (the same
+    prefix); any other dependence links every copy."""
+    by_orig = pl.by_orig()
+    prefix = {L.stage: L.n_prefix for L in pl.locals}
+    info: dict[str, StatementInfo] = {}
+    for e in pl.entries:
+        base = prog.info[e.orig]
+        info[e.stmt.name] = StatementInfo(base.stage, base.label, e.stmt.dims,
+                                          base.n_spatial + len(e.stmt.dims) - len(base.dims))
+    out = []
+    for d in prog.deps:
+        a, b = by_orig[d.src], by_orig[d.dst]
+        rel = d.rel
+        if a.expand is not None:
+            rel = a.expand.reverse().apply_range(rel)
+        if b.expand is not None:
+            rel = rel.apply_range(b.expand)
+        writer = d.src if d.kind in ("RAW", "WAW") else d.dst
+        k = prefix.get(prog.info[writer].stage)
+        if k is not None:
+            same = loop_prefix(a.lmap, k).apply_range(loop_prefix(b.lmap, k).reverse())
+            rel = rel.intersect(same)
+        if rel.is_empty():
+            continue
+        out.append(Dependence(d.kind, a.stmt.name, b.stmt.name, rel, d.reduction))
+    space = prog.access.reads.get_space()
+    reads, writes = isl.UnionMap.empty(space), isl.UnionMap.empty(space)
+    for e in pl.entries:
+        for m in e.reads.values():
+            reads = reads.union(isl.UnionMap.from_map(m))
+        for m in e.writes.values():
+            writes = writes.union(isl.UnionMap.from_map(m))
+    return out, info, reads, writes
 
 
 def _context(params: list[str], sizes: set[str]) -> isl.Set:
@@ -144,8 +209,23 @@ def build_program(schedule, initial_states: dict) -> Program:
     shapes = {k: b.shape for k, b in bufs.items()}
     names_of = {k: b.name for k, b in bufs.items()}
     access = access_relations(statements, names_of, shapes, ptext)
+    outputs = {st.id: (st.op.output,) + tuple(t for t in accumulator_buffers(st.op)
+                                              if t is not st.op.output)
+               for st in schedule.stages}
+    labels = {st.id: st.op.name for st in schedule.stages}
     prog = Program(names, sizes, ptext, params, _context(names, sizes), bufs, statements, access,
-                   info, [st.id for st in schedule.stages], reduction_updates, initial_states)
+                   info, [st.id for st in schedule.stages], reduction_updates, initial_states,
+                   outputs, labels)
+    for x, acc, m in access.per_read:
+        d = prog.stmt_reads.setdefault(x.name, {})
+        d[id(acc.buffer)] = d[id(acc.buffer)].union(m) if id(acc.buffer) in d else m
+    for x in statements:
+        d = prog.stmt_writes.setdefault(x.name, {})
+        for buf, idx in statement_writes(x):
+            if id(buf) in names_of:
+                m = access_map(x, buf, idx, (), ptext, names_of[id(buf)],
+                               access.boxes[id(buf)])
+                d[id(buf)] = d[id(buf)].union(m) if id(buf) in d else m
     for st in schedule.stages:
         if st.op.is_recurrence:
             _check_recurrence(prog, st)

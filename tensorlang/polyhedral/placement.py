@@ -1,0 +1,380 @@
+"""Where each stage runs: at root, or inside a consumer's loop (compute_at) over its footprint.
+
+Every statement gets a *path* and a *loop map*. Its time is `[path0, path1, l0, path2, l1,
+...]`: the loop map gives the loop values `l*` of an instance, and the path gives the
+constants that order statements sharing a loop prefix (path0 orders stages at root).
+
+A stage P computed at loop `li` of a consumer statement A runs, for each value `p` of A's
+loops `0..li` (the *prefix*), over its *footprint* F(p): the exact set of P's elements that
+the statements inside that prefix read (an isl map prefix -> element, the union of their
+read relations). P's statements are *expanded*: their instances become `P'[p, x]` with x in
+F(p), so an element read at two prefixes is computed twice (the schedule's choice). P's
+values live in a local buffer whose shape is the footprint's bounding box (a constant when the
+footprint is bounded, else a size expression) and whose index is shifted by the box's lower
+corner at p, a piecewise quasi-affine function of the prefix computed by isl.
+
+Readers of P outside the prefix, a recurrence P whose reads leave F(p), and placements into a
+loop of a stage that does not read P are refused with a concrete instance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import islpy as isl
+
+from ..errors import IllegalScheduleError, ScheduleError
+from ..ir.dtype import int32, int64
+from ..ir.expr import Const, Expr, Load, Var
+from ..ir.simplify import simplify
+from ..ir.stmt import Allocate, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store
+from ..ir.visit import map_expr, map_stmt, walk, walk_stmt
+from .model import Loop, StageState, Statement
+
+PREFIX = "tl__p"  # names of the prefix dimensions of expanded statements
+
+
+@dataclass
+class Entry:
+    """One statement while placing: its (possibly expanded) statement, path and loops."""
+
+    stmt: Statement
+    orig: str                 # the statement's name in the program
+    path: list[int]           # [stage position, b0, b1, ...]; b_k comes before loop k
+    lmap: isl.Map             # stmt instance -> loop values (anonymous range)
+    loops: tuple[Loop, ...]
+    own_start: int = 0        # loops[own_start:] are the stage's own loops
+    expand: isl.Map | None = None  # program instance -> expanded instance
+    reads: dict[int, isl.Map] = field(default_factory=dict)   # tensor id -> access map
+    writes: dict[int, isl.Map] = field(default_factory=dict)
+
+    def padded(self, n: int) -> list[int]:
+        return self.path + [0] * max(0, n - len(self.path))
+
+
+@dataclass(frozen=True)
+class LocalBuffer:
+    """A producer's storage inside its consumer's loop."""
+
+    stage: str
+    tensor: object            # the program's tensor (or accumulator) this buffer stands for
+    buffer: Buffer
+    n_prefix: int             # loops in the prefix
+    scope: tuple[int, ...]    # path constants shared by the statements inside the prefix
+    offsets: tuple[isl.PwAff, ...]   # prefix -> lower corner of the footprint, per dim
+    footprint: isl.Map        # prefix -> element
+
+    @property
+    def time_dim(self) -> int:
+        """The time dimension of the loop the buffer lives in."""
+        return 2 * self.n_prefix
+
+
+@dataclass
+class Placement:
+    entries: list[Entry]
+    locals: list[LocalBuffer]
+
+    def by_orig(self) -> dict[str, Entry]:
+        return {e.orig: e for e in self.entries}
+
+
+# ---------------------------------------------------------------------------- helpers
+def loop_prefix(lmap: isl.Map, k: int) -> isl.Map:
+    """The first k loop values of an instance."""
+    n = lmap.dim(isl.dim_type.out)
+    return lmap.project_out(isl.dim_type.out, k, n - k)
+
+
+def _union_maps(maps) -> isl.Map | None:
+    out = None
+    for m in maps:
+        out = m if out is None else out.union(m)
+    return out
+
+
+def pw_aff_expr(pa: isl.PwAff, dims: dict[str, Expr], params: dict[str, Var]) -> Expr:
+    """An IR expression for a piecewise quasi-affine function of named dimensions."""
+    from .astgen import _Translator
+
+    n = pa.dim(isl.dim_type.in_)
+    npar = pa.dim(isl.dim_type.param)
+    names = [pa.get_dim_name(isl.dim_type.in_, d) for d in range(n)]
+    q = pa.move_dims(isl.dim_type.param, npar, isl.dim_type.in_, 0, n)
+    for d, nm in enumerate(names):
+        q = q.set_dim_id(isl.dim_type.param, npar + d, isl.Id(nm))
+    build = isl.AstBuild.from_context(isl.Set.universe(q.get_domain_space()))
+    tr = _Translator([], params)
+    tr.env = {k: v for k, v in dims.items()}
+    return simplify(tr.expr(build.expr_from_pw_aff(q)))
+
+
+def _name_in_dims(m: isl.Map, dims: tuple[str, ...]) -> isl.Map:
+    for d, nm in enumerate(dims):
+        m = m.set_dim_name(isl.dim_type.in_, d, nm)
+    return m
+
+
+# --------------------------------------------------------------------------- placing
+def place(prog, states: dict[str, StageState], base: list) -> Placement:
+    """Place every stage (root or compute_at), expanding the statements of attached ones.
+
+    `base` holds the root-level entries (path, loop map) of the program's statements.
+    """
+    entries: list[Entry] = list(base)
+    for e in entries:
+        e.reads = dict(prog.stmt_reads.get(e.orig, {}))
+        e.writes = dict(prog.stmt_writes.get(e.orig, {}))
+    locals_: list[LocalBuffer] = []
+    for sid in reversed(prog.order):
+        st = states[sid]
+        if st.attach is not None:
+            locals_.extend(_attach(prog, states, entries, sid, st))
+    width = max((len(e.path) for e in entries), default=1)
+    for e in entries:
+        e.path = e.padded(width)
+    for L in locals_:
+        _rewrite_local(prog, entries, L)
+    return Placement(entries, locals_)
+
+
+def _attach(prog, states, entries: list[Entry], sid: str, st: StageState) -> list[LocalBuffer]:
+    cid, loopname = st.attach
+    label = prog.stage_label(sid)
+    clabel = prog.stage_label(cid)
+    # the reference statement: one of the consumer's statements that runs inside the loop
+    ref = None
+    for e in entries:
+        if prog.info[e.orig].stage != cid:
+            continue
+        own = [lp.name for lp in e.loops[e.own_start:]]
+        if loopname in own:
+            li = e.own_start + own.index(loopname)
+            if ref is None or len(e.path) > len(ref[0].path):
+                ref = (e, li)
+    if ref is None:
+        raise ScheduleError(f"compute_at({label}, {clabel}.{loopname}): {clabel} has no loop "
+                            f"{loopname}")
+    A, li = ref
+    if A.loops[li].kind is LoopKind.VECTORIZED:
+        raise ScheduleError(f"compute_at({label}, {clabel}.{loopname}): {loopname} is "
+                            "vectorized; a stage cannot be computed inside a vector loop")
+    k = li + 1
+    scope = tuple(A.padded(li + 2)[:li + 2])
+    out_id = id(prog.stage_output(sid))
+    mine = [e for e in entries if prog.info[e.orig].stage == sid]
+
+    def in_scope(e: Entry) -> bool:
+        return len(e.loops) >= k and tuple(e.padded(li + 2)[:li + 2]) == scope
+
+    foot = None
+    for e in entries:
+        if prog.info[e.orig].stage == sid or out_id not in e.reads:
+            continue
+        rd = e.reads[out_id]
+        if rd.is_empty():
+            continue
+        if not in_scope(e):
+            sizes, a, b = _sample(rd)
+            inf = prog.info[e.orig]
+            who = f"{inf.label}[{_fmt(e.stmt.dims, a)}]"
+            raise IllegalScheduleError(
+                f"compute_at({label}, {clabel}.{loopname}): {who} reads "
+                f"{label}[{', '.join(map(str, b))}]{_sizes(sizes)} outside {clabel}'s loop "
+                f"{loopname}, where {label} would be computed; every reader of {label} must "
+                f"run inside that loop (compute {label} at a loop that encloses all of them, or "
+                "at root)", _witness(inf, e.stmt.dims, a, sizes))
+        f = loop_prefix(e.lmap, k).reverse().apply_range(rd)
+        foot = f if foot is None else foot.union(f)
+    if foot is None:
+        raise ScheduleError(f"compute_at({label}, {clabel}.{loopname}): {clabel} does not read "
+                            f"{label} (nor does any stage computed inside that loop); compute a "
+                            "stage at a loop of one of its consumers")
+    foot = foot.coalesce()
+    # expand the producer's statements over the footprint
+    names = {e.stmt.name for e in entries}
+    span = max(e.path[1] for e in mine) + 1 if mine else 1
+    for e in entries:
+        if in_scope(e):
+            e.path = e.padded(li + 3)
+            e.path[li + 2] += span
+    pdims = tuple(f"{PREFIX}{d}" for d in range(k))
+    ptext = prog.ptext
+    new_entries = []
+    for e in mine:
+        s = e.stmt
+        n_sp = prog.info[e.orig].n_spatial
+        new = f"{s.name}__at"
+        while new in names:
+            new += "_"
+        names.add(new)
+        dims = ", ".join(s.dims)
+        pd = ", ".join(pdims)
+        elem = foot.get_tuple_name(isl.dim_type.out)
+        proj = isl.Map(f"[{ptext}] -> {{ {s.name}[{dims}] -> {elem}[{', '.join(s.dims[:n_sp])}] }}")
+        proj = proj.intersect_domain(s.domain)
+        expanded = foot.apply_range(proj.reverse()).wrap().flatten()
+        expanded = expanded.set_tuple_name(new)
+        for d, nm in enumerate(pdims + s.dims):
+            expanded = expanded.set_dim_name(isl.dim_type.set, d, nm)
+        E = isl.Map(f"[{ptext}] -> {{ {s.name}[{dims}] -> {new}[{pd}, {dims}] }}")
+        E = E.intersect_range(expanded)
+        back = isl.Map(f"[{ptext}] -> {{ {new}[{pd}, {dims}] -> {s.name}[{dims}] }}")
+        pfx = isl.Map(f"[{ptext}] -> {{ {new}[{pd}, {dims}] -> [{pd}] }}")
+        lmap = pfx.flat_range_product(back.apply_range(e.lmap)).intersect_domain(expanded)
+        stmt = Statement(new, s.stage, pdims + s.dims, expanded, s.body, s.is_init)
+        ne = Entry(stmt, e.orig, list(scope) + [e.path[1]] + e.path[2:], lmap,
+                   A.loops[:k] + e.loops[e.own_start:], k, E)
+        ne.reads = {t: back.apply_range(m) for t, m in e.reads.items()}
+        ne.writes = {t: back.apply_range(m) for t, m in e.writes.items()}
+        new_entries.append(ne)
+    for e in mine:
+        entries.remove(e)
+    entries.extend(new_entries)
+    # a recurrence must find every element it reads among those computed at this prefix
+    for e in new_entries:
+        rd = e.reads.get(out_id)
+        if rd is None or rd.is_empty():
+            continue
+        bad = rd.subtract(loop_prefix(e.lmap, k).apply_range(foot))
+        if not bad.is_empty():
+            sizes, a, b = _sample(bad)
+            inf = prog.info[e.orig]
+            dims = e.stmt.dims
+            raise IllegalScheduleError(
+                f"compute_at({label}, {clabel}.{loopname}): {inf.label}[{_fmt(dims, a)}] reads "
+                f"{label}[{', '.join(map(str, b))}]{_sizes(sizes)}, which is not computed in "
+                f"the same iteration of {loopname} (only the elements {clabel} reads there "
+                f"are); a recurrence reads values before they are produced there. Compute "
+                f"{label} at root or at an outer loop", _witness(inf, dims, a, sizes))
+    return _local_buffers(prog, states, sid, foot, k, scope)
+
+
+def _local_buffers(prog, states, sid, foot: isl.Map, k: int, scope) -> list[LocalBuffer]:
+    """One local buffer per tensor the stage writes, shaped like the footprint's box."""
+    n = foot.dim(isl.dim_type.out)
+    offs, shape = [], []
+    for d in range(n):
+        lo, hi = foot.dim_min(d), foot.dim_max(d)
+        ext = hi.sub(lo).add(isl.PwAff.val_on_domain(lo.domain(), isl.Val(1)))
+        mx = ext.max_val()
+        if mx.is_int():
+            shape.append(Const(max(mx.to_python(), 0), int64))
+        else:
+            shape.append(_symbolic_bound(ext, prog))
+        offs.append(lo)
+    scope_name = states[sid].scope
+    out = []
+    for t in prog.stage_tensors(sid):
+        g = prog.bufs[id(t)]
+        buf = Buffer(g.name, tuple(shape), g.dtype, scope_name)
+        out.append(LocalBuffer(sid, t, buf, k, tuple(scope), tuple(offs), foot))
+    return out
+
+
+def _symbolic_bound(ext: isl.PwAff, prog) -> Expr:
+    """The largest value of ext over its domain's (prefix) dimensions, in the sizes."""
+    m = isl.Map.from_pw_aff(ext)
+    dom_n = m.dim(isl.dim_type.in_)
+    rel = m.wrap().flatten()                          # [p..., e]
+    rel = rel.project_out(isl.dim_type.set, 0, dom_n)
+    hi = rel.dim_max(0)
+    hi = hi.gist(prog.context)
+    return pw_aff_expr(hi, {}, prog.params)
+
+
+def _rewrite_local(prog, entries: list[Entry], L: LocalBuffer) -> None:
+    """Loads and stores of L's tensor -> L's buffer, shifted by the footprint's corner."""
+    tid = id(L.tensor)
+    for i, e in enumerate(entries):
+        touches = tid in e.reads or tid in e.writes or any(
+            isinstance(x, Store) and x.buffer is L.tensor for x in walk_stmt(e.stmt.body))
+        if not touches:
+            continue
+        pm = loop_prefix(e.lmap, L.n_prefix)
+        pma = isl.PwMultiAff.from_map(pm)
+        dims = {d: Var(d, int32 if not d.startswith(PREFIX) else int64) for d in e.stmt.dims}
+        offs = []
+        for o in L.offsets:
+            pa = o.pullback_pw_multi_aff(pma).gist(e.stmt.domain)
+            offs.append(pw_aff_expr(pa, dims, prog.params))
+
+        def shift(idx):
+            return tuple(simplify(x - o) for x, o in zip(idx, offs))
+
+        def fexpr(x: Expr, L=L) -> Expr:
+            def fn(y):
+                if isinstance(y, Load) and y.buffer is L.tensor:
+                    return Load(L.buffer, shift(y.indices))
+                return None
+            return map_expr(x, fn)
+
+        def go(s: Stmt) -> Stmt:
+            s = map_stmt(s, fexpr)
+            return _restore_stores(s, L, shift)
+
+        body = go(e.stmt.body)
+        e.stmt = replace(e.stmt, body=body)
+
+
+def _restore_stores(s: Stmt, L: LocalBuffer, shift) -> Stmt:
+    if isinstance(s, Store):
+        if s.buffer is L.tensor:
+            return Store(L.buffer, shift(s.indices), s.value)
+        return s
+    if isinstance(s, Seq):
+        return Seq(tuple(_restore_stores(x, L, shift) for x in s.stmts))
+    if isinstance(s, If):
+        return If(s.cond, _restore_stores(s.then_body, L, shift),
+                  None if s.else_body is None else _restore_stores(s.else_body, L, shift))
+    if isinstance(s, Let):
+        return Let(s.var, s.value, _restore_stores(s.body, L, shift))
+    if isinstance(s, For):
+        return For(s.var, s.min, s.extent, _restore_stores(s.body, L, shift), s.kind,
+                   s.thread_tag)
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, _restore_stores(s.body, L, shift))
+    return s
+
+
+# -------------------------------------------------------------------------- messages
+def _sample(rel: isl.Map):
+    from .deps import pick_pair
+
+    return pick_pair(rel)
+
+
+def _fmt(dims, vals) -> str:
+    return ", ".join(f"{d}={v}" for d, v in zip(dims, vals) if not d.startswith(PREFIX))
+
+
+def _sizes(sizes: dict[str, int]) -> str:
+    return f" (with {', '.join(f'{k}={v}' for k, v in sizes.items())})" if sizes else ""
+
+
+def _witness(inf, dims, vals, sizes):
+    from .deps import Witness
+
+    inst = {d: v for d, v in zip(dims, vals) if not d.startswith(PREFIX)}
+    return Witness("RAW", {}, inst, "", inf.label, sizes, {}, {})
+
+
+def uses_buffer(s: Stmt, buf: Buffer) -> bool:
+    """Whether a statement tree loads or stores `buf`."""
+    for x in walk_stmt(s):
+        if isinstance(x, Store):
+            if x.buffer is buf:
+                return True
+            exprs = list(x.indices) + [x.value]
+        elif isinstance(x, For):
+            exprs = [x.min, x.extent]
+        elif isinstance(x, If):
+            exprs = [x.cond]
+        elif isinstance(x, Let):
+            exprs = [x.value]
+        else:
+            exprs = []
+        for ex in exprs:
+            if any(isinstance(y, Load) and y.buffer is buf for y in walk(ex)):
+                return True
+    return False
