@@ -20,7 +20,7 @@ from ..ir.expr import (
 )
 from ..ir.simplify import simplify
 from ..ir.stmt import Allocate, For, If, Let, LoopKind, Seq, Stmt, seq
-from ..ir.visit import map_stmt, substitute
+from ..ir.visit import free_vars, map_stmt, substitute
 from .model import Loop, StageState, Statement
 
 
@@ -197,6 +197,27 @@ class _Translator:
             return Loop(f"c{k}")
         return ts.loops[li]
 
+    def bind_prefix(self, ts: TimedStatement, mapping: dict) -> None:
+        """Loop values named by compute_at buffer offsets (tl__p<j>: the statement's loop j)
+        -> the enclosing loop variables, or isl's expression when the loop was not emitted."""
+        from ..ir.visit import walk_stmt
+        from .placement import PREFIX, pw_aff_expr
+
+        wanted = set()
+        for x in walk_stmt(ts.stmt.body):
+            for e in _stmt_exprs(x):
+                wanted |= {n for n in free_vars(e) if n.startswith(PREFIX)}
+        for name in wanted - set(mapping):
+            j = int(name[len(PREFIX):])
+            it = f"t{2 + 2 * j}"
+            if it in self.env:
+                mapping[name] = self.env[it]
+            else:
+                pa = isl.PwMultiAff.from_map(ts.time).get_pw_aff(2 + 2 * j)
+                dims = {d: mapping[d] for d in ts.stmt.dims}
+                mapping[name] = pw_aff_expr(pa.gist(ts.stmt.domain), dims, self.params,
+                                            names=list(ts.stmt.dims))
+
     def unique(self, name: str) -> str:
         used = {v.name for v in self.env.values()}
         if name not in used and name not in self.params:
@@ -260,8 +281,23 @@ class _Translator:
             args = [self.expr(call.get_op_arg(i + 1)) for i in range(call.get_op_n_arg() - 1)]
             mapping = dict(zip(ts.stmt.dims, args))
             mapping.update({p: v for p, v in self.params.items() if p not in mapping})
+            self.bind_prefix(ts, mapping)
             return map_stmt(ts.stmt.body, lambda e: simplify(substitute(e, mapping)))
         raise TensorlangError(f"internal: unsupported isl AST node {t}")
+
+
+def _stmt_exprs(x: Stmt) -> list[Expr]:
+    from ..ir.stmt import Store
+
+    if isinstance(x, Store):
+        return list(x.indices) + [x.value]
+    if isinstance(x, If):
+        return [x.cond]
+    if isinstance(x, Let):
+        return [x.value]
+    if isinstance(x, For):
+        return [x.min, x.extent]
+    return []
 
 
 def _loop(v: Var, init: Expr, extent: Expr, body: Stmt, info: Loop) -> Stmt:

@@ -93,13 +93,16 @@ def _union_maps(maps) -> isl.Map | None:
     return out
 
 
-def pw_aff_expr(pa: isl.PwAff, dims: dict[str, Expr], params: dict[str, Var]) -> Expr:
-    """An IR expression for a piecewise quasi-affine function of named dimensions."""
+def pw_aff_expr(pa: isl.PwAff, dims: dict[str, Expr], params: dict[str, Var],
+                names: list[str] | None = None) -> Expr:
+    """An IR expression for a piecewise quasi-affine function of named dimensions (`names`
+    overrides the names of pa's input dimensions)."""
     from .astgen import _Translator
 
     n = pa.dim(isl.dim_type.in_)
     npar = pa.dim(isl.dim_type.param)
-    names = [pa.get_dim_name(isl.dim_type.in_, d) for d in range(n)]
+    if names is None:
+        names = [pa.get_dim_name(isl.dim_type.in_, d) for d in range(n)]
     q = pa.move_dims(isl.dim_type.param, npar, isl.dim_type.in_, 0, n)
     for d, nm in enumerate(names):
         q = q.set_dim_id(isl.dim_type.param, npar + d, isl.Id(nm))
@@ -182,8 +185,8 @@ def _attach(prog, states, entries: list[Entry], sid: str, st: StageState) -> lis
                 f"compute_at({label}, {clabel}.{loopname}): {who} reads "
                 f"{label}[{', '.join(map(str, b))}]{_sizes(sizes)} outside {clabel}'s loop "
                 f"{loopname}, where {label} would be computed; every reader of {label} must "
-                f"run inside that loop (compute {label} at a loop that encloses all of them, or "
-                "at root)", _witness(inf, e.stmt.dims, a, sizes))
+                f"run inside that loop (a reader computed inside the same loop counts); compute "
+                f"{label} at a loop that encloses all its readers, or at root", _witness(inf, e.stmt.dims, a, sizes))
         f = loop_prefix(e.lmap, k).reverse().apply_range(rd)
         foot = f if foot is None else foot.union(f)
     if foot is None:
@@ -225,8 +228,10 @@ def _attach(prog, states, entries: list[Entry], sid: str, st: StageState) -> lis
         stmt = Statement(new, s.stage, pdims + s.dims, expanded, s.body, s.is_init)
         ne = Entry(stmt, e.orig, list(scope) + [e.path[1]] + e.path[2:], lmap,
                    A.loops[:k] + e.loops[e.own_start:], k, E)
-        ne.reads = {t: back.apply_range(m) for t, m in e.reads.items()}
-        ne.writes = {t: back.apply_range(m) for t, m in e.writes.items()}
+        ne.reads = {t: back.apply_range(m).intersect_domain(expanded)
+                    for t, m in e.reads.items()}
+        ne.writes = {t: back.apply_range(m).intersect_domain(expanded)
+                     for t, m in e.writes.items()}
         new_entries.append(ne)
     for e in mine:
         entries.remove(e)
@@ -291,13 +296,10 @@ def _rewrite_local(prog, entries: list[Entry], L: LocalBuffer) -> None:
             isinstance(x, Store) and x.buffer is L.tensor for x in walk_stmt(e.stmt.body))
         if not touches:
             continue
-        pm = loop_prefix(e.lmap, L.n_prefix)
-        pma = isl.PwMultiAff.from_map(pm)
-        dims = {d: Var(d, int32 if not d.startswith(PREFIX) else int64) for d in e.stmt.dims}
-        offs = []
-        for o in L.offsets:
-            pa = o.pullback_pw_multi_aff(pma).gist(e.stmt.domain)
-            offs.append(pw_aff_expr(pa, dims, prog.params))
+        # the corner as a function of the statement's prefix loops tl__p<j> (its own first
+        # dims when expanded; bound to the enclosing loop variables at translation)
+        pvars = {f"{PREFIX}{j}": Var(f"{PREFIX}{j}", int64) for j in range(L.n_prefix)}
+        offs = [pw_aff_expr(o, pvars, prog.params, names=list(pvars)) for o in L.offsets]
 
         def shift(idx):
             return tuple(simplify(x - o) for x, o in zip(idx, offs))

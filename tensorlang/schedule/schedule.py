@@ -11,6 +11,9 @@ from ..ir.stmt import LoopKind
 from ..polyhedral.transform import (
     fuse_dims, loop_const_range, loop_extent_bound, reorder_dims, skew_dims, split_dim, tag_dim,
 )
+from ..ir.dtype import int32
+from ..ir.expr import Load, Var
+from ..ir.visit import walk
 from ..te.tensor import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor
 
 
@@ -51,6 +54,8 @@ class Stage:
         self.op = op
         self.id = stage_id
         self.state = None  # polyhedral StageState, made when the schedule is created
+        self.inlined = False
+        self.cache_scope = "local"  # where its values live when computed inside a loop
         self._gone: dict[str, str] = {}  # loop name -> the primitive that removed it
 
     @property
@@ -99,12 +104,25 @@ class Stage:
                                 f"the loops are {self.loops}")
         return name
 
-    def _apply(self, new, call: str, removed: tuple[str, ...] = ()) -> None:
+    def _apply(self, new, call: str, removed: tuple[str, ...] = (), check_all: bool = False,
+               renamed: dict[str, str] | None = None) -> None:
         new = self._refresh_tags(new, call)
         states = {st.id: st.state for st in self.schedule.stages}
         states[self.id] = new
-        self.schedule.program.check(call, self.id, states)
-        self.state = new
+        # stages computed at a loop this primitive removes follow it to its replacement
+        for sid, st in states.items():
+            if st.attach is not None and st.attach[0] == self.id and st.attach[1] in removed:
+                target = (renamed or {}).get(st.attach[1])
+                if target is None:
+                    raise ScheduleError(
+                        f"{call} on stage {self.id}: stage {sid} is computed at loop "
+                        f"{st.attach[1]}, which this primitive removes; apply {call} before "
+                        f"compute_at, or compute {sid} elsewhere first")
+                states[sid] = replace(st, attach=(self.id, target))
+                check_all = True
+        self.schedule.program.check(call, None if check_all else self.id, states)
+        for st in self.schedule.stages:
+            st.state = states[st.id]
         for r in removed:
             self._gone[r] = call
         self.schedule.trace.append(TraceEntry(self.id, call))
@@ -151,7 +169,8 @@ class Stage:
                                     "extent; use factor= for a symbolic one")
             f = max(1, -(-rng[1] // parts))
         call = f"split({name}, factor={f})"
-        self._apply(split_dim(self.state, name, f), call, (name,))
+        self._apply(split_dim(self.state, name, f), call, (name,),
+                    renamed={name: f"{name}.inner"})
         return self._ax(f"{name}.outer"), self._ax(f"{name}.inner")
 
     def tile(self, x_parent, y_parent, x_factor, y_factor):
@@ -166,7 +185,8 @@ class Stage:
         st = split_dim(st, y, fy)
         names = [f"{x}.outer", f"{y}.outer", f"{x}.inner", f"{y}.inner"]
         st = reorder_dims(st, names)
-        self._apply(st, f"tile({x}, {y}, {fx}, {fy})", (x, y))
+        self._apply(st, f"tile({x}, {y}, {fx}, {fy})", (x, y),
+                    renamed={x: f"{x}.inner", y: f"{y}.inner"})
         return tuple(self._ax(n) for n in names)
 
     def reorder(self, *loops) -> None:
@@ -239,14 +259,76 @@ class Stage:
     def bind(self, *args, **kwargs):
         self._not_yet("bind")
 
-    def compute_at(self, *args, **kwargs):
-        self._not_yet("compute_at")
+    def compute_at(self, parent, axis) -> None:
+        """Compute this stage inside loop `axis` of stage `parent`, for each iteration of it
+        over exactly the elements read there (its footprint), into a local buffer shaped
+        like the footprint's bounding box. Elements read in several iterations are computed
+        in each (recomputation is the schedule's choice)."""
+        sch = self.schedule
+        if isinstance(parent, str):
+            parent = sch.stage(parent)
+        elif isinstance(parent, Tensor):
+            parent = sch[parent]
+        if not isinstance(parent, Stage) or parent.schedule is not sch:
+            raise ScheduleError(f"compute_at: parent must be a stage of this schedule "
+                                f"(s[T]), got {parent!r}")
+        if parent is self:
+            raise ScheduleError(f"compute_at: stage {self.id} cannot be computed inside "
+                                "its own loop")
+        loop = parent._loop(axis, "compute_at", "axis")
+        if any(self.op.output is o for o in sch.outputs):
+            raise ScheduleError(f"compute_at: {self.id} is an output of the schedule; outputs "
+                                "are computed at root, in their own buffers")
+        p = parent
+        while p.state.attach is not None:
+            p = sch.stage(p.state.attach[0])
+            if p is self:
+                raise ScheduleError(f"compute_at({self.id}, {parent.id}.{loop}): "
+                                    f"{parent.id} is itself computed inside {self.id}; the "
+                                    "placement would be a cycle")
+        new = replace(self.state, attach=(parent.id, loop),
+                      trace=self.state.trace + (f"compute_at({parent.id}, {loop})",))
+        self._apply(new, f"compute_at({parent.id}, {loop})", check_all=True)
 
-    def compute_inline(self, *args, **kwargs):
-        self._not_yet("compute_inline")
+    def compute_root(self) -> None:
+        """Compute this stage in full before the stages that read it (the default)."""
+        if self.state.attach is None:
+            return
+        new = replace(self.state, attach=None, trace=self.state.trace + ("compute_root()",))
+        self._apply(new, "compute_root()", check_all=True)
 
-    def compute_root(self, *args, **kwargs):
-        self._not_yet("compute_root")
+    def compute_inline(self) -> None:
+        """Substitute this stage's expression into every stage that reads it; the stage
+        disappears (no loops, no buffer)."""
+        sch = self.schedule
+        if self.op.reduce_axis or self.op.is_recurrence:
+            kind = "a reduction" if self.op.reduce_axis else "a recurrence"
+            raise ScheduleError(f"compute_inline: {self.id} is {kind}; only a pure "
+                                "elementwise compute can be substituted into its readers "
+                                "(compute it at a loop of its reader with compute_at instead)")
+        if any(self.op.output is o for o in sch.outputs):
+            raise ScheduleError(f"compute_inline: {self.id} is an output of the schedule; "
+                                "outputs are stored in their own buffers")
+        inside = [st.id for st in sch.stages
+                  if st.state.attach is not None and st.state.attach[0] == self.id]
+        if inside:
+            raise ScheduleError(f"compute_inline: stage(s) {inside} are computed inside "
+                                f"{self.id}'s loops; compute them elsewhere first")
+        out = self.op.output
+        axis = [a.name for a in self.op.axis]
+        body = self.op.body
+
+        def edit():
+            for st in sch.stages:
+                if st is self:
+                    continue
+                new = _substitute_tensor(st.op.body, out, axis, body)
+                if new is not st.op.body:
+                    st.op = st.op.with_body(new)
+            sch.stages.remove(self)
+            self.inlined = True
+
+        sch._edit(f"compute_inline({self.id})", edit, self.id)
 
 
 @dataclass(frozen=True)
@@ -257,7 +339,7 @@ class TraceEntry:
     call: str
 
     def __str__(self) -> str:
-        return f"s[{self.stage}].{self.call}"
+        return f"s[{self.stage}].{self.call}" if self.stage else f"s.{self.call}"
 
 
 class Schedule:
@@ -311,6 +393,126 @@ class Schedule:
         raise ScheduleError(f"stage: no stage {stage_id!r}; the stages are "
                             f"{[st.id for st in self.stages]}")
 
+    def _edit(self, call: str, fn, stage: str = "") -> None:
+        """Change the stages (their computes or their list), rebuild the isl program and
+        check every stage under it; on any failure the schedule is left as it was."""
+        from ..polyhedral.model import identity_state
+        from .program import build_program, program_params
+
+        saved = (list(self.stages), {id(st): (st.op, st.state, st.inlined)
+                                     for st in self._by_op.values()}, dict(self._by_op),
+                 self.program)
+        try:
+            fn()
+            params = ", ".join(program_params(self)[0])
+            initial = {}
+            for st in self.stages:
+                initial[st.id] = identity_state(st.id, st.op, params)
+                if st.state is None:
+                    st.state = replace(initial[st.id], scope=st.cache_scope)
+            self.program = build_program(self, initial)
+            self.program.check(call, None, {st.id: st.state for st in self.stages})
+        except BaseException:
+            self.stages[:] = saved[0]
+            self._by_op.clear()
+            self._by_op.update(saved[2])
+            for st in self._by_op.values():
+                st.op, st.state, st.inlined = saved[1][id(st)]
+            self.program = saved[3]
+            raise
+        self.trace.append(TraceEntry(stage, call))
+
+    def _tensor(self, t, prim: str, argname: str) -> Tensor:
+        """A tensor of this schedule (an input or a stage's output), or one named so."""
+        if isinstance(t, str):
+            for x in list(self.placeholders) + [st.op.output for st in self.stages]:
+                if x.name == t:
+                    return x
+            raise ScheduleError(f"{prim}: {argname} {t!r} names no tensor of this schedule")
+        if not isinstance(t, Tensor):
+            raise ScheduleError(f"{prim}: {argname} must be a tensor, got {t!r}")
+        if any(t is p for p in self.placeholders) or any(t is st.op.output
+                                                         for st in self.stages):
+            return t
+        raise ScheduleError(f"{prim}: {argname} {t.name} is not part of this schedule")
+
+    def _new_stage(self, op: ComputeOp, before: Stage) -> Stage:
+        used = {st.id for st in self._by_op.values()}
+        sid, n = op.name, 1
+        while sid in used:
+            sid, n = f"{op.name}_{n}", n + 1
+        st = Stage(self, op, sid)
+        self.stages.insert(self.stages.index(before), st)
+        self._by_op[id(op)] = st
+        return st
+
+    def cache_read(self, tensor, scope: str, readers) -> Tensor:
+        """A copy of `tensor` in `scope` that the given reader stages read instead of it.
+
+        The copy is a stage of its own (`T_<scope>`, computed at root until you place it
+        with compute_at); scopes: "global", "local" (registers/stack), "shared" (GPU).
+        """
+        t = self._tensor(tensor, "cache_read", "tensor")
+        scope = _scope(scope, "cache_read")
+        if isinstance(readers, (Tensor, Stage, str)):
+            readers = [readers]
+        if not isinstance(readers, (list, tuple)) or not readers:
+            raise ScheduleError("cache_read: readers must be a non-empty list of the stages "
+                                f"that should read the copy, got {readers!r}")
+        rs: list[Stage] = []
+        for r in readers:
+            st = self.stage(r) if isinstance(r, str) else (r if isinstance(r, Stage) else
+                                                            self[r])
+            if not any(isinstance(e, Load) and e.buffer is t for e in walk(st.op.body)):
+                raise ScheduleError(f"cache_read: stage {st.id} does not read {t.name}")
+            rs.append(st)
+        axes = tuple(IterVar(Var(f"ax{d}", int32), ext, IterVar.SPATIAL)
+                     for d, ext in enumerate(t.shape))
+        body = Load(t, tuple(a.var for a in axes))
+        op = ComputeOp(f"{t.name}_{scope}", axes, body, t.dtype)
+        names = ", ".join(st.id for st in rs)
+
+        def edit():
+            first = min(rs, key=self.stages.index)
+            st = self._new_stage(op, first)
+            st.cache_scope = scope
+            for r in rs:
+                r.op = r.op.with_body(_substitute_tensor(r.op.body, t, None, op.output))
+
+        self._edit(f"cache_read({t.name}, {scope!r}, [{names}])", edit)
+        return op.output
+
+    def cache_write(self, tensor, scope: str) -> Tensor:
+        """Compute `tensor` into a cache stage (`T_<scope>`, which takes over its expression
+        and its axes) and copy the result out in the original stage (whose axes are new:
+        `s[T].op.axis`). Apply it before other primitives on the stage."""
+        t = self._tensor(tensor, "cache_write", "tensor")
+        scope = _scope(scope, "cache_write")
+        if any(t is p for p in self.placeholders):
+            raise ScheduleError(f"cache_write: {t.name} is an input; cache_read copies inputs")
+        st = self[t]
+        if st.state.trace or st.state.attach is not None:
+            raise ScheduleError(f"cache_write: stage {st.id} already has primitives "
+                                f"({', '.join(st.state.trace)}); apply cache_write first")
+        if st.op.is_recurrence:
+            raise ScheduleError(f"cache_write: {st.id} is a recurrence, which reads its own "
+                                "output; it cannot be computed into a separate cache")
+        old = st.op
+        cop = ComputeOp(f"{old.name}_{scope}", old.axis, old.body, t.dtype)
+        axes = tuple(IterVar(Var(a.name, a.var.dtype), a.extent, IterVar.SPATIAL, a.min)
+                     for a in old.axis)
+        wb = ComputeOp(old.name, axes, Load(cop.output, tuple(a.var for a in axes)), t.dtype,
+                       output=t)
+
+        def edit():
+            c = self._new_stage(cop, st)
+            st.op = wb
+            st.state = None
+            c.cache_scope = scope
+
+        self._edit(f"cache_write({t.name}, {scope!r})", edit)
+        return cop.output
+
     def trace_text(self) -> str:
         """The applied primitives, one per line, as Python calls on loop names."""
         return "\n".join(str(t) for t in self.trace)
@@ -320,8 +522,33 @@ class Schedule:
         for t in self.trace:
             name, _, rest = t.call.partition("(")
             args, kwargs = _parse_call(rest[:-1])
-            getattr(other.stage(t.stage), name)(*args, **kwargs)
+            target = other.stage(t.stage) if t.stage else other
+            getattr(target, name)(*args, **kwargs)
         return other
+
+
+SCOPES = ("global", "local", "shared")
+
+
+def _scope(scope, prim: str) -> str:
+    if scope not in SCOPES:
+        raise ScheduleError(f"{prim}: scope must be one of {list(SCOPES)}, got {scope!r}")
+    return scope
+
+
+def _substitute_tensor(body, tensor: Tensor, axis: list[str] | None, value):
+    """`body` with loads of `tensor` replaced: by `value`'s tensor at the same indices (when
+    `axis` is None), or by the expression `value` with its axes := the indices."""
+    from ..ir.visit import map_expr, substitute
+
+    def fn(e):
+        if isinstance(e, Load) and e.buffer is tensor:
+            if axis is None:
+                return Load(value, e.indices)
+            return substitute(value, dict(zip(axis, e.indices)))
+        return None
+
+    return map_expr(body, fn)
 
 
 def _topological_ops(outputs: list[Tensor]) -> list[Operation]:
@@ -361,16 +588,22 @@ def create_schedule(outputs) -> Schedule:
 
 
 def _parse_call(text: str) -> tuple[list, dict]:
-    """'i.outer, j, factor=4' -> (['i.outer', 'j'], {'factor': 4}); loop names as strings."""
-    args: list = []
-    kwargs: dict = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        key, eq, value = part.partition("=")
-        if eq:
-            kwargs[key.strip()] = int(value)
-        else:
-            try:
-                args.append(int(part))
-            except ValueError:
-                args.append(part)
-    return args, kwargs
+    """'i.outer, j, factor=4' -> (['i.outer', 'j'], {'factor': 4}): numbers and strings stay,
+    names and dotted loop names become strings, lists stay lists."""
+    import ast
+
+    def value(node):
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, ast.Attribute):
+            return f"{value(node.value)}.{node.attr}"
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -value(node.operand)
+        if isinstance(node, (ast.List, ast.Tuple)):
+            return [value(x) for x in node.elts]
+        raise TensorlangError(f"replay: cannot read the argument {ast.dump(node)}")
+
+    call = ast.parse(f"f({text})", mode="eval").body
+    return [value(a) for a in call.args], {k.arg: value(k.value) for k in call.keywords}

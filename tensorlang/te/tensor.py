@@ -189,12 +189,19 @@ class ComputeOp(Operation):
     """out[axis] = body, where body may be a Reduce over reduce_axis."""
 
     def __init__(self, name: str, axis: tuple[IterVar, ...], body: Expr | None, dtype: DType,
-                 is_recurrence: bool = False):
+                 is_recurrence: bool = False, output: Tensor | None = None):
         self.name = name
         self.axis = axis
         self.is_recurrence = is_recurrence
-        self.output = Tensor(self, tuple(a.extent for a in axis), dtype, name)
+        # a schedule may rewrite a compute (inlining, caching) while it keeps its tensor
+        self.output = output if output is not None else Tensor(
+            self, tuple(a.extent for a in axis), dtype, name)
         self.set_body(body)
+
+    def with_body(self, body: Expr) -> ComputeOp:
+        """The same compute (axes, output tensor) with another body: a schedule's rewrite."""
+        return ComputeOp(self.name, self.axis, body, self.output.dtype, self.is_recurrence,
+                         self.output)
 
     def set_body(self, body: Expr | None) -> None:
         from .reduce import Reduce

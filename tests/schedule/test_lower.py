@@ -82,5 +82,5 @@ def test_schedule_indexing_and_stage_ids():
 def test_unimplemented_primitives_say_so():
     A, B, C = _matmul()
     s = tl.create_schedule(C)
-    with pytest.raises(NotImplementedError, match="compute_at is not implemented yet"):
-        s[C].compute_at(s[C], C.op.axis[0])
+    with pytest.raises(NotImplementedError, match="bind is not implemented yet"):
+        s[C].bind(C.op.axis[0], "blockIdx.x")
