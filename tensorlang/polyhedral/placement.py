@@ -171,6 +171,7 @@ def _attach(prog, states, entries: list[Entry], sid: str, st: StageState) -> lis
         return len(e.loops) >= k and tuple(e.padded(li + 2)[:li + 2]) == scope
 
     foot = None
+    outside = []
     for e in entries:
         if prog.info[e.orig].stage == sid or out_id not in e.reads:
             continue
@@ -178,21 +179,25 @@ def _attach(prog, states, entries: list[Entry], sid: str, st: StageState) -> lis
         if rd.is_empty():
             continue
         if not in_scope(e):
-            sizes, a, b = _sample(rd)
-            inf = prog.info[e.orig]
-            who = f"{inf.label}[{_fmt(e.stmt.dims, a)}]"
-            raise IllegalScheduleError(
-                f"compute_at({label}, {clabel}.{loopname}): {who} reads "
-                f"{label}[{', '.join(map(str, b))}]{_sizes(sizes)} outside {clabel}'s loop "
-                f"{loopname}, where {label} would be computed; every reader of {label} must "
-                f"run inside that loop (a reader computed inside the same loop counts); compute "
-                f"{label} at a loop that encloses all its readers, or at root", _witness(inf, e.stmt.dims, a, sizes))
+            outside.append((e, rd))
+            continue
         f = loop_prefix(e.lmap, k).reverse().apply_range(rd)
         foot = f if foot is None else foot.union(f)
     if foot is None:
         raise ScheduleError(f"compute_at({label}, {clabel}.{loopname}): {clabel} does not read "
                             f"{label} (nor does any stage computed inside that loop); compute a "
                             "stage at a loop of one of its consumers")
+    for e, rd in outside:
+        sizes, a, b = _sample(rd)
+        inf = prog.info[e.orig]
+        who = f"{inf.label}[{_fmt(e.stmt.dims, a)}]"
+        raise IllegalScheduleError(
+            f"compute_at({label}, {clabel}.{loopname}): {who} reads "
+            f"{label}[{', '.join(map(str, b))}]{_sizes(sizes)} outside {clabel}'s loop "
+            f"{loopname}, where {label} would be computed; every reader of {label} must run "
+            "inside that loop (a reader computed inside the same loop counts); compute "
+            f"{label} at a loop that encloses all its readers, or at root",
+            _witness(inf, e.stmt.dims, a, sizes))
     foot = foot.coalesce()
     # expand the producer's statements over the footprint
     names = {e.stmt.name for e in entries}

@@ -1,0 +1,347 @@
+"""compute_at / compute_root / compute_inline / cache_read / cache_write against numpy,
+the exact shapes of local buffers, and refused placements with their witnesses."""
+
+import numpy as np
+import pytest
+
+import tensorlang as tl
+from tensorlang.ir.stmt import Allocate
+from tensorlang.ir.visit import walk_stmt
+
+
+def allocations(f) -> dict[str, tuple]:
+    """name -> shape (ints where constant) of every allocation in a lowered function."""
+    out = {}
+    for x in walk_stmt(f.body):
+        if isinstance(x, Allocate):
+            out[x.buffer.name] = tuple(getattr(e, "value", str(e)) for e in x.buffer.shape)
+    return out
+
+
+def blur(n, m=None):
+    m = n if m is None else m
+    A = tl.placeholder((n + 2, m), name="A")
+    B = tl.compute((n + 2, m), lambda y, x: A[y, x] * 2.0 + 1.0, name="B")
+    C = tl.compute((n, m), lambda y, x: B[y, x] + B[y + 1, x] + B[y + 2, x], name="C")
+    return A, B, C
+
+
+def check_blur(s, A, C, sizes):
+    f = tl.build(s, [A, C])
+    for N in sizes:
+        a = np.random.default_rng(N).random((N + 2, N), dtype=np.float32)
+        c = np.full((N, N), np.nan, np.float32)
+        f(a, c)
+        b = a * 2 + 1
+        np.testing.assert_allclose(c, b[:-2] + b[1:-1] + b[2:], rtol=1e-5)
+
+
+@pytest.mark.parametrize("level", ["root", "tile", "row", "x_inner"])
+def test_blur_compute_at_levels(level):
+    n = tl.var("n")
+    A, B, C = blur(n)
+    s = tl.create_schedule(C)
+    y, x = C.op.axis
+    yo, xo, yi, xi = s[C].tile(y, x, 16, 32)
+    if level == "root":
+        s[B].compute_root()
+    elif level == "tile":
+        s[B].compute_at(s[C], xo)
+    elif level == "row":
+        s[B].compute_at(s[C], yi)
+    else:
+        s[B].compute_at(s[C], xi)
+    f = tl.lower(s, [A, C])
+    shapes = allocations(f)
+    expect = {"root": ("n + 2", "n"), "tile": (18, 32), "row": (3, 32), "x_inner": (3, 1)}
+    got = shapes["B"]
+    assert tuple(map(str, got)) == tuple(map(str, expect[level])), f
+    check_blur(s, A, C, sizes=(1, 5, 16, 37))
+
+
+def test_halo_footprint_is_exact_for_a_tile():
+    A, B, C = blur(64)
+    s = tl.create_schedule(C)
+    yo, xo, yi, xi = s[C].tile(*C.op.axis, 16, 32)
+    s[B].compute_at(s[C], xo)
+    f = tl.lower(s, [A, C])
+    assert allocations(f)["B"] == (18, 32)
+    assert "B[y_inner + 1, x_inner]" in str(f)
+    check_blur(s, A, C, sizes=(64,))
+
+
+def test_split_factor_larger_than_extent_gives_the_real_extent():
+    A, B, C = blur(5)
+    s = tl.create_schedule(C)
+    yo, yi = s[C].split(C.op.axis[0], factor=64)
+    s[B].compute_at(s[C], yo)
+    assert allocations(tl.lower(s, [A, C]))["B"] == (7, 5)   # not 66
+    check_blur(s, A, C, sizes=(5,))
+
+
+def test_fuse_then_split_with_compute_at():
+    A, B, C = blur(13)
+    s = tl.create_schedule(C)
+    f = s[C].fuse(*C.op.axis)
+    fo, fi = s[C].split(f, factor=8)
+    s[B].compute_at(s[C], fo)
+    shapes = allocations(tl.lower(s, [A, C]))
+    # 8 consecutive points of a 13-wide row span at most 2 rows -> 4 rows of B, 13 wide
+    assert shapes["B"] == (4, 13)
+    check_blur(s, A, C, sizes=(13,))
+
+
+def test_compute_at_follows_a_later_split_of_its_loop():
+    n = tl.var("n")
+    A, B, C = blur(n)
+    s = tl.create_schedule(C)
+    s[B].compute_at(s[C], C.op.axis[0])
+    s[C].split(C.op.axis[0], factor=8)
+    assert s[B].state.attach == ("C", "y.inner")
+    check_blur(s, A, C, sizes=(1, 9, 20))
+
+
+def test_compute_at_a_parallel_loop_gets_a_buffer_per_iteration():
+    n = tl.var("n")
+    A, B, C = blur(n)
+    s = tl.create_schedule(C)
+    s[B].compute_at(s[C], C.op.axis[0])
+    s[C].parallel(C.op.axis[0])
+    text = str(tl.lower(s, [A, C]))
+    assert text.index("# parallel") < text.index("allocate")
+    check_blur(s, A, C, sizes=(1, 7, 64))
+
+
+def test_fuse_of_an_attach_loop_is_refused():
+    A, B, C = blur(8)
+    s = tl.create_schedule(C)
+    s[B].compute_at(s[C], C.op.axis[0])
+    with pytest.raises(tl.ScheduleError, match="computed at loop y"):
+        s[C].fuse(*C.op.axis)
+
+
+def test_halide_outer_split_bounds_case():
+    """Halide's bounds_inference_outer_split: the copy needs 5 rows of 512, not more."""
+    inp = tl.placeholder((516, 512), dtype="int16", name="input")
+    cpy = tl.compute((516, 512), lambda y, x: inp[y, x], name="input_cpy")
+    cpy2 = tl.compute((516, 512), lambda y, x: cpy[y, x], name="input_cpy_2")
+    sm = tl.compute((512, 512), lambda y, x: cpy2[y, x] + cpy2[y + 1, x] + cpy2[y + 2, x]
+                    + cpy2[y + 3, x] + cpy2[y + 4, x], name="sum_stage")
+    sc = tl.compute((512, 512), lambda y, x: sm[y, x], name="sum_stage_cpy")
+    sc2 = tl.compute((512, 512), lambda y, x: sc[y, x], name="sum_stage_cpy_2")
+    s = tl.create_schedule(sc2)
+    s[sm].compute_inline()
+    s[sc].compute_at(s[sc2], sc2.op.axis[0])
+    xo, xi = s[sc].split(sc.op.axis[1], factor=32)
+    s[cpy2].compute_at(s[sc], xo)
+    s[cpy].compute_at(s[sc], sc.op.axis[0])
+    shapes = allocations(tl.lower(s, [inp, sc2]))
+    assert shapes["input_cpy"] == (5, 512)
+    assert shapes["input_cpy_2"] == (5, 32)
+    f = tl.build(s, [inp, sc2])
+    a = np.random.default_rng(0).integers(-100, 100, size=(516, 512)).astype("int16")
+    o = np.zeros((512, 512), "int16")
+    f(a, o)
+    np.testing.assert_array_equal(o, sum(a[d:d + 512] for d in range(5)).astype("int16"))
+
+
+def test_reduction_computed_at_its_consumer():
+    n = tl.var("n")
+    A = tl.placeholder((n, 9), name="A")
+    k = tl.reduce_axis((0, 9), name="k")
+    R = tl.compute((n,), lambda i: tl.max(A[i, k], axis=k, where=A[i, k] < 0.5), name="R")
+    D = tl.compute((n,), lambda i: R[i] * 2.0, name="D")
+    s = tl.create_schedule(D)
+    io, ii = s[D].split(D.op.axis[0], factor=4)
+    s[R].compute_at(s[D], io)
+    s[D].parallel(io)
+    assert allocations(tl.lower(s, [A, D]))["R"] == (4,)
+    f = tl.build(s, [A, D])
+    for N in (1, 6, 33):
+        a = np.random.default_rng(N).random((N, 9), dtype=np.float32)
+        a[0] = 0.9  # a row where nothing passes: the identity (-inf) matters
+        d = np.zeros(N, np.float32)
+        f(a, d)
+        ref = np.where(a < 0.5, a, -np.inf).max(axis=1) * 2
+        np.testing.assert_array_equal(d, ref.astype(np.float32))
+
+
+def test_chain_of_placements_and_two_producers_in_one_loop():
+    n = tl.var("n")
+    A = tl.placeholder((n,), name="A")
+    B = tl.compute((n,), lambda i: A[i] + 1.0, name="B")
+    C = tl.compute((n,), lambda i: B[i] * 2.0, name="C")
+    D = tl.compute((n,), lambda i: B[i] + C[i], name="D")
+    s = tl.create_schedule(D)
+    s[C].compute_at(s[D], D.op.axis[0])
+    s[B].compute_at(s[D], D.op.axis[0])
+    f = tl.build(s, [A, D])
+    a = np.arange(5, dtype=np.float32)
+    d = np.zeros(5, np.float32)
+    f(a, d)
+    np.testing.assert_array_equal(d, (a + 1) * 3)
+
+
+# ------------------------------------------------------------------------------ refusals
+def test_compute_at_a_stage_that_does_not_read_it():
+    n = tl.var("n")
+    A = tl.placeholder((n,), name="A")
+    B = tl.compute((n,), lambda i: A[i] + 1.0, name="B")
+    C = tl.compute((n,), lambda i: A[i] * 2.0, name="C")
+    D = tl.compute((n,), lambda i: B[i] + C[i], name="D")
+    s = tl.create_schedule(D)
+    with pytest.raises(tl.ScheduleError, match="C does not read B"):
+        s[B].compute_at(s[C], C.op.axis[0])
+    assert s[B].state.attach is None
+
+
+def test_compute_at_with_a_reader_outside_the_loop_gives_a_witness():
+    n = tl.var("n")
+    A = tl.placeholder((n,), name="A")
+    B = tl.compute((n,), lambda i: A[i] + 1.0, name="B")
+    C = tl.compute((n,), lambda i: B[i] * 2.0, name="C")
+    D = tl.compute((n,), lambda i: B[i] + C[i], name="D")
+    s = tl.create_schedule(D)
+    with pytest.raises(tl.IllegalScheduleError, match=r"D\[i=0\] reads B\[0\]") as e:
+        s[B].compute_at(s[C], C.op.axis[0])
+    assert e.value.witness.sink == {"i": 0}
+
+
+def test_compute_at_of_a_recurrence_that_reads_outside_its_region():
+    n = tl.var("n")
+    x = tl.placeholder((n,), name="x")
+    P = tl.recurrence((n,), lambda P, i: tl.if_then_else(i > 0, P[i - 1], 0.0) + x[i],
+                      name="P")
+    Q = tl.compute((n,), lambda i: P[i] * 2.0, name="Q")
+    s = tl.create_schedule(Q)
+    with pytest.raises(tl.IllegalScheduleError,
+                       match=r"P\[i=1\] reads P\[0\] \(with n=2\), which is not computed"):
+        s[P].compute_at(s[Q], Q.op.axis[0])
+    # at root it is fine, and a recurrence may be placed where its reads stay inside
+    io, ii = s[Q].split(Q.op.axis[0], factor=4)
+    with pytest.raises(tl.IllegalScheduleError):
+        s[P].compute_at(s[Q], io)
+
+
+def test_cycles_and_outputs_are_refused():
+    n = tl.var("n")
+    A = tl.placeholder((n,), name="A")
+    B = tl.compute((n,), lambda i: A[i] + 1.0, name="B")
+    C = tl.compute((n,), lambda i: B[i] * 2.0, name="C")
+    D = tl.compute((n,), lambda i: C[i] - 1.0, name="D")
+    s = tl.create_schedule(D)
+    s[C].compute_at(s[D], D.op.axis[0])
+    with pytest.raises(tl.ScheduleError):
+        s[C].compute_at(s[C], C.op.axis[0])
+    s[B].compute_at(s[C], C.op.axis[0])
+    with pytest.raises(tl.ScheduleError, match="cycle"):
+        s[C].compute_at(s[B], B.op.axis[0])
+    with pytest.raises(tl.ScheduleError, match="output"):
+        s[D].compute_at(s[C], C.op.axis[0])
+    with pytest.raises(tl.ScheduleError, match="not a loop"):
+        s[B].compute_at(s[D], "nope")
+    f = tl.build(s, [A, D])
+    a = np.arange(4, dtype=np.float32)
+    d = np.zeros(4, np.float32)
+    f(a, d)
+    np.testing.assert_array_equal(d, (a + 1) * 2 - 1)
+
+
+def test_vector_loop_cannot_hold_a_stage():
+    A, B, C = blur(8)
+    s = tl.create_schedule(C)
+    s[C].vectorize(C.op.axis[1])
+    with pytest.raises(tl.ScheduleError, match="vector"):
+        s[B].compute_at(s[C], C.op.axis[1])
+
+
+# ------------------------------------------------------------------- inline, root, caches
+def test_compute_inline_and_root():
+    n = tl.var("n")
+    A = tl.placeholder((n,), name="A")
+    B = tl.compute((n,), lambda i: A[i] + 1.0, name="B")
+    C = tl.compute((n,), lambda i: B[i] * B[i] + B[n - 1 - i], name="C")
+    s = tl.create_schedule(C)
+    s[B].compute_inline()
+    text = str(tl.lower(s, [A, C]))
+    assert "B" not in text.replace("def main", "")
+    f = tl.build(s, [A, C])
+    for N in (1, 4, 11):
+        a = np.random.default_rng(N).random(N, dtype=np.float32)
+        c = np.zeros(N, np.float32)
+        f(a, c)
+        np.testing.assert_allclose(c, (a + 1) ** 2 + (a + 1)[::-1], rtol=1e-6)
+
+
+def test_compute_inline_refuses_reductions_recurrences_and_outputs():
+    n = tl.var("n")
+    A = tl.placeholder((n, 4), name="A")
+    k = tl.reduce_axis((0, 4), name="k")
+    R = tl.compute((n,), lambda i: tl.sum(A[i, k], axis=k), name="R")
+    P = tl.recurrence((n,), lambda P, i: tl.if_then_else(i > 0, P[i - 1], 0.0) + R[i],
+                      name="P")
+    Q = tl.compute((n,), lambda i: P[i] + 1.0, name="Q")
+    s = tl.create_schedule(Q)
+    with pytest.raises(tl.ScheduleError, match="reduction"):
+        s[R].compute_inline()
+    with pytest.raises(tl.ScheduleError, match="recurrence"):
+        s[P].compute_inline()
+    with pytest.raises(tl.ScheduleError, match="output"):
+        s[Q].compute_inline()
+
+
+def matmul(N, M, K):
+    A = tl.placeholder((N, K), name="A")
+    B = tl.placeholder((K, M), name="B")
+    k = tl.reduce_axis((0, K), name="k")
+    C = tl.compute((N, M), lambda i, j: tl.sum(A[i, k] * B[k, j], axis=k), name="C")
+    return A, B, C
+
+
+@pytest.mark.parametrize("shape", [(64, 48, 40), (37, 29, 13), (1, 1, 1)])
+def test_matmul_cache_write_compute_at_and_cache_read(shape):
+    N, M, K = shape
+    A, B, C = matmul(N, M, K)
+    s = tl.create_schedule(C)
+    CC = s.cache_write(C, "local")
+    AA = s.cache_read(A, "local", [CC])
+    i, j = s[C].op.axis
+    io, jo, ii, ji = s[C].tile(i, j, 8, 16)
+    s[CC].compute_at(s[C], jo)
+    ci, cj = s[CC].op.axis
+    (ck,) = s[CC].op.reduce_axis
+    ko, ki = s[CC].split(ck, factor=4)
+    s[CC].reorder(ko, ci, ki, cj)
+    s[AA].compute_at(s[CC], ko)
+    shapes = allocations(tl.lower(s, [A, B, C]))
+    assert shapes["C_local"] == (min(8, N), min(16, M))
+    assert shapes["A_local"] == (min(8, N), min(4, K))
+    f = tl.build(s, [A, B, C])
+    rng = np.random.default_rng(N)
+    a = rng.random((N, K), dtype=np.float32)
+    b = rng.random((K, M), dtype=np.float32)
+    c = np.zeros((N, M), np.float32)
+    f(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-4)
+    # the trace replays onto a fresh schedule
+    A2, B2, C2 = matmul(N, M, K)
+    s2 = s.replay(tl.create_schedule(C2))
+    assert str(tl.lower(s2, [A2, B2, C2])) == str(tl.lower(s, [A, B, C]))
+
+
+def test_cache_misuse():
+    A, B, C = matmul(8, 8, 8)
+    s = tl.create_schedule(C)
+    with pytest.raises(tl.ScheduleError, match="scope"):
+        s.cache_read(A, "registers", [C])
+    with pytest.raises(tl.ScheduleError, match="not part of this schedule"):
+        s.cache_read(tl.placeholder((8,), name="D"), "local", [C])
+    AA = s.cache_read(A, "local", [C])
+    with pytest.raises(tl.ScheduleError, match="A_local does not read B"):
+        s.cache_read(B, "local", [AA])
+    s2 = tl.create_schedule(C)
+    s2[C].split(C.op.axis[0], factor=2)
+    with pytest.raises(tl.ScheduleError, match="apply cache_write first"):
+        s2.cache_write(C, "local")
+    with pytest.raises(tl.ScheduleError, match="input"):
+        s2.cache_write(A, "local")
