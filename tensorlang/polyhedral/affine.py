@@ -72,3 +72,23 @@ def condition_set(cond: Expr, space_text: str, params: str) -> isl.Set | None:
     if t is None:
         return None
     return isl.Set(f"[{params}] -> {{ {space_text} : {t} }}")
+
+
+def conjuncts(cond: Expr) -> list[Expr]:
+    """The terms of a conjunction a & b & ... (the condition itself if it is not one)."""
+    if isinstance(cond, And):
+        return conjuncts(cond.a) + conjuncts(cond.b)
+    return [cond]
+
+
+def affine_part(cond: Expr, space_text: str, params: str) -> tuple[isl.Set | None, bool]:
+    """The set where the affine conjuncts of `cond` hold (None if there are none) and
+    whether that set is exactly `cond` (every conjunct affine)."""
+    out, exact = None, True
+    for c in conjuncts(cond):
+        cs = condition_set(c, space_text, params)
+        if cs is None:
+            exact = False
+            continue
+        out = cs if out is None else out.intersect(cs)
+    return out, exact

@@ -12,12 +12,12 @@ from dataclasses import dataclass, field, replace
 
 import islpy as isl
 
-from ..ir.expr import Const, Expr, Load, Select, Var
+from ..ir.expr import And, Const, Expr, Load, Select, Var
 from ..ir.stmt import Buffer, If, Let, LoopKind, Stmt, Store, seq
 from ..ir.visit import walk
 from ..te.reduce import Reduce
 from ..te.tensor import ComputeOp, IterVar
-from .affine import affine_str, condition_set
+from .affine import affine_part, affine_str, condition_set, conjuncts
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,15 @@ def stage_domain(stage: str, op: ComputeOp, params: str, spatial_only: bool = Fa
         conds.append(f"{lo} <= {a.name} < {lo} + {ext}")
     names = ", ".join(a.name for a in axes)
     body = " and ".join(conds) if conds else "1 = 1"
-    return isl.Set(f"[{params}] -> {{ {stage}[{names}] : {body} }}")
+    dom = isl.Set(f"[{params}] -> {{ {stage}[{names}] : {body} }}")
+    red = op.body
+    if not spatial_only and isinstance(red, Reduce) and not (
+            isinstance(red.where, Const) and red.where.value):
+        # an affine where= bounds the reduction's domain: its updates never run elsewhere
+        cs, _ = affine_part(red.where, f"{stage}[{names}]", params)
+        if cs is not None:
+            dom = dom.intersect(cs)
+    return dom
 
 
 # ---------------------------------------------------------------------------- statements
@@ -138,7 +146,17 @@ def stage_statements(stage: str, op: ComputeOp, state: StageState,
         for t, e in reversed(list(zip(temps, new))):
             update = Let(t, e, update)
     if not (isinstance(body.where, Const) and body.where.value):
-        update = If(body.where, update)
+        sp = state.domain.get_space()
+        params = ", ".join(sp.get_dim_name(isl.dim_type.param, k)
+                           for k in range(sp.dim(isl.dim_type.param)))
+        # affine conjuncts of where= already bound the domain; the others guard the update
+        space = f"{stage}[{', '.join(state.axes)}]"
+        rest = [c for c in conjuncts(body.where) if condition_set(c, space, params) is None]
+        if rest:
+            cond = rest[0]
+            for c in rest[1:]:
+                cond = And(cond, c)
+            update = If(cond, update)
     upd_dom = state.domain.set_tuple_name(f"{stage}_update")
     return [Statement(f"{stage}_init", stage, spatial, init_dom, inits, is_init=True),
             Statement(f"{stage}_update", stage, state.axes, upd_dom, update)]
@@ -210,7 +228,7 @@ def access_map(st: Statement, buffer, indices, guard, params: str, bufname: str,
     m = isl.Map(f"[{params}] -> {{ {st.name}[{dims}] -> {bufname}[{', '.join(idx)}] }}")
     dom = st.domain
     for g in guard:
-        cs = condition_set(g, f"{st.name}[{dims}]", params)
+        cs, _ = affine_part(g, f"{st.name}[{dims}]", params)
         if cs is not None:
             dom = dom.intersect(cs)
     return m.intersect_domain(dom)

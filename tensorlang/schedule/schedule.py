@@ -11,8 +11,8 @@ from ..ir.stmt import LoopKind
 from ..polyhedral.transform import (
     fuse_dims, loop_const_range, loop_extent_bound, reorder_dims, skew_dims, split_dim, tag_dim,
 )
-from ..ir.dtype import int32
-from ..ir.expr import Load, Var
+from ..ir.dtype import bool_, int32
+from ..ir.expr import Const, Load, ReduceVar, Var
 from ..ir.visit import walk
 from ..te.tensor import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor
 
@@ -513,6 +513,148 @@ class Schedule:
         self._edit(f"cache_write({t.name}, {scope!r})", edit)
         return cop.output
 
+    def rfactor(self, tensor, axis) -> Tensor:
+        """Make the reduction loop `axis` of `tensor`'s stage a data-parallel axis.
+
+        A new stage `T_rf[axis, spatial...]` reduces, for each value of the loop, the updates
+        that run at it (its loop is an ordinary spatial loop: parallelise or vectorise it);
+        `tensor`'s stage then combines those partial results (new axes: `s[T].op`). The loop
+        may come from a split that does not divide: each partial result covers exactly the
+        updates of its loop value. Returns the new tensor.
+        """
+        import islpy as isl
+
+        from ..ir.expr import And
+        from ..polyhedral.affine import affine_str
+        from ..polyhedral.placement import pw_aff_expr
+        from ..te.reduce import Reduce
+
+        t = self._tensor(tensor, "rfactor", "tensor")
+        if any(t is p for p in self.placeholders):
+            raise ScheduleError(f"rfactor: {t.name} is an input, not a reduction")
+        st = self[t]
+        body = st.op.body
+        if not isinstance(body, Reduce):
+            raise ScheduleError(f"rfactor: {st.id} is not a reduction")
+        if len(body.combiner.identity) != 1:
+            raise NotImplementedError(f"rfactor: {st.id} reduces several values at once "
+                                      f"({body.combiner.name}); rfactor supports reducers of "
+                                      "one value (sum, min, max, prod, comm_reducer)")
+        if st.op.is_recurrence:
+            raise ScheduleError(f"rfactor: {st.id} is a recurrence")
+        name = st._loop(axis, "rfactor", "axis")
+        if st.state.attach is not None or any(
+                x.state.attach is not None and x.state.attach[0] == st.id for x in self.stages):
+            raise ScheduleError(f"rfactor: {st.id} is computed at another stage's loop or has "
+                                "stages computed inside it; apply rfactor before compute_at")
+        state = st.state
+        d = state.loop_index(name)
+        nsp = state.n_spatial
+        nred = len(state.axes) - nsp
+        pma = isl.PwMultiAff.from_map(state.sched)
+        red_loops = []
+        for q in range(len(state.loops)):
+            pq = pma.get_pw_aff(q)
+            if pq.involves_dims(isl.dim_type.in_, nsp, nred):
+                if pq.involves_dims(isl.dim_type.in_, 0, nsp):
+                    raise ScheduleError(f"rfactor: loop {state.loops[q].name} of {st.id} mixes "
+                                        "spatial and reduce axes; rfactor needs reduce loops "
+                                        "made from the reduce axes only")
+                red_loops.append(q)
+        if d not in red_loops:
+            raise ScheduleError(f"rfactor: loop {name} of {st.id} is not a reduction loop "
+                                f"(those are {[state.loops[q].name for q in red_loops]})")
+        # reduce axes -> reduce loops, and back: the partial results are indexed by the chosen
+        # loop and reduce over the other reduce loops, with the axes recovered from the loops
+        m = state.sched
+        for q in reversed(range(len(state.loops))):
+            if q not in red_loops:
+                m = m.project_out(isl.dim_type.out, q, 1)
+        m = m.intersect_domain(state.domain).project_out(isl.dim_type.in_, 0, nsp)
+        if not m.is_injective():
+            raise NotImplementedError(f"rfactor: the reduce loops of {st.id} do not determine "
+                                      "its reduce axes")
+        lnames = []
+        for q in red_loops:
+            ln = state.loops[q].name.replace(".", "_")
+            while ln in state.axes or ln in lnames:
+                ln += "_rf"
+            lnames.append(ln)
+        img = m.range()
+        for j, ln in enumerate(lnames):
+            img = img.set_dim_name(isl.dim_type.set, j, ln)
+        params = self.program.params
+        inv = isl.PwMultiAff.from_map(m.reverse())
+        lvars = {ln: Var(ln, int32) for ln in lnames}
+        red_exprs = [pw_aff_expr(inv.get_pw_aff(j).gist(img), lvars, params, names=lnames)
+                     for j in range(nred)]
+
+        def axis_of(j, reduce):
+            lo = img.dim_min(j).gist(self.program.context)
+            hi = img.dim_max(j).gist(self.program.context)
+            a, b = lo.min_val(), hi.max_val()
+            if a.is_int() and b.is_int():   # bounded: a constant range (unused slots keep
+                lo_e = Const(a.to_python(), int32)      # the identity)
+                ext_e = Const(b.to_python() - a.to_python() + 1, int32)
+            else:
+                lo_e = pw_aff_expr(lo, {}, params)
+                ext_e = pw_aff_expr(hi.sub(lo).add(isl.PwAff.val_on_domain(
+                    lo.domain(), isl.Val(1))), {}, params)
+            for e in (lo_e, ext_e):
+                if affine_str(e) is None:
+                    raise NotImplementedError(
+                        f"rfactor: the range of loop {lnames[j]} ({lo_e}, extent {ext_e}) is not "
+                        "affine in the sizes")
+            v = ReduceVar(lnames[j], int32) if reduce else Var(lnames[j], int32)
+            return IterVar(v, ext_e, IterVar.REDUCE if reduce else IterVar.SPATIAL, lo_e)
+
+        c = red_loops.index(d)
+        rv = axis_of(c, False)
+        others = [axis_of(j, True) for j in range(len(red_loops)) if j != c]
+        # the combinations of loop values that occur (a split that does not divide has gaps)
+        q = img
+        npar = q.dim(isl.dim_type.param)
+        q = q.move_dims(isl.dim_type.param, npar, isl.dim_type.set, 0, len(lnames))
+        for j, ln in enumerate(lnames):
+            q = q.set_dim_name(isl.dim_type.param, npar + j, ln)
+        build = isl.AstBuild.from_context(isl.Set.universe(q.get_space()))
+        from ..polyhedral.astgen import _Translator
+
+        tr = _Translator([], params)
+        tr.env = {ln: v for ln, v in lvars.items()}
+        occurs = tr.expr(build.expr_from_set(q.gist_params(self.program.context)))
+        sp = tuple(IterVar(Var(a.name, a.var.dtype), a.extent, IterVar.SPATIAL, a.min)
+                   for a in st.op.axis)
+        sub = {a.name: b.var for a, b in zip(st.op.axis, sp)}
+        sub.update({a.name: e for a, e in zip(body.axis, red_exprs)})
+        sub.update({ln: (rv.var if j == c else None) for j, ln in enumerate(lnames)})
+        sub = {k: v for k, v in sub.items() if v is not None}
+        from ..ir.visit import substitute
+
+        src = tuple(substitute(x, sub) for x in body.source)
+        where = occurs
+        w0 = substitute(body.where, sub)
+        if not _is_true(w0):
+            where = And(where, w0)
+        where = substitute(where, sub)
+        rf_body = Reduce(body.combiner, src, tuple(others), where, 0, body.dtype)
+        rf = ComputeOp(f"{st.op.name}_rf", (rv,) + sp, rf_body, body.dtype)
+        sp2 = tuple(IterVar(Var(a.name, a.var.dtype), a.extent, IterVar.SPATIAL, a.min)
+                    for a in st.op.axis)
+        k2 = IterVar(ReduceVar(rv.name, int32), rv.extent, IterVar.REDUCE, rv.min)
+        fin_body = Reduce(body.combiner, (Load(rf.output, (k2.var,) + tuple(a.var
+                                                                             for a in sp2)),),
+                          (k2,), Const(True, bool_), 0, body.dtype)
+        fin = ComputeOp(st.op.name, sp2, fin_body, t.dtype, output=t)
+
+        def edit():
+            self._new_stage(rf, st)
+            st.op = fin
+            st.state = None
+
+        self._edit(f"rfactor({t.name}, {name})", edit)
+        return rf.output
+
     def trace_text(self) -> str:
         """The applied primitives, one per line, as Python calls on loop names."""
         return "\n".join(str(t) for t in self.trace)
@@ -534,6 +676,12 @@ def _scope(scope, prim: str) -> str:
     if scope not in SCOPES:
         raise ScheduleError(f"{prim}: scope must be one of {list(SCOPES)}, got {scope!r}")
     return scope
+
+
+def _is_true(e) -> bool:
+    from ..ir.expr import Const
+
+    return isinstance(e, Const) and bool(e.value)
 
 
 def _substitute_tensor(body, tensor: Tensor, axis: list[str] | None, value):
