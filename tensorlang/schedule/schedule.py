@@ -513,6 +513,65 @@ class Schedule:
         self._edit(f"cache_write({t.name}, {scope!r})", edit)
         return cop.output
 
+    def pack(self, tensor, axis: int, factor: int, readers=None) -> Tensor:
+        """Store `tensor` blocked along dimension `axis`: T_packed[a // factor, ..., a % factor]
+        (TVM's array packing: B[K][N] -> B_packed[N/bn][K][bn]), so that a loop over a block
+        of that dimension reads contiguous memory. The packed copy is a stage (padded with
+        zeros past the end when factor does not divide); the readers (default: every stage
+        that reads `tensor`) read it instead. Like any stage it can be placed with compute_at.
+        """
+        from ..ir.expr import Const, LT, compare
+        from ..te.intrin import if_then_else
+
+        t = self._tensor(tensor, "pack", "tensor")
+        nd = len(t.shape)
+        ax = _int_arg(axis, "pack", "axis", minimum=0)
+        if ax >= nd:
+            raise ScheduleError(f"pack: axis must be < {nd} (the dimensions of {t.name}), "
+                                f"got {ax}")
+        f = _int_arg(factor, "pack", "factor")
+        if readers is None:
+            rs = [st for st in self.stages
+                  if any(isinstance(e, Load) and e.buffer is t for e in walk(st.op.body))]
+        else:
+            rs = [self.stage(r) if isinstance(r, str) else (r if isinstance(r, Stage)
+                                                              else self[r]) for r in readers]
+        if not rs:
+            raise ScheduleError(f"pack: no stage reads {t.name}")
+        ext = t.shape[ax]
+        outer = (ext + (f - 1)) // f
+        shape = (outer,) + tuple(t.shape[d] for d in range(nd) if d != ax) + (Const(f, int32),)
+        names = ["ax_o"] + [f"ax{d}" for d in range(nd) if d != ax] + ["ax_i"]
+        axes = tuple(IterVar(Var(nm, int32), e, IterVar.SPATIAL) for nm, e in zip(names, shape))
+        rest = iter(a.var for a in axes[1:-1])
+        full = axes[0].var * f + axes[-1].var
+        idx = tuple(full if d == ax else next(rest) for d in range(nd))
+        zero = Const(0, t.dtype)
+        body = if_then_else(compare(LT, full, ext), Load(t, idx), zero)
+        op = ComputeOp(f"{t.name}_packed", axes, body, t.dtype)
+
+        def blocked(indices):
+            a = indices[ax]
+            others = tuple(x for d, x in enumerate(indices) if d != ax)
+            return (a // f,) + others + (a % f,)
+
+        def edit():
+            first = min(rs, key=self.stages.index)
+            self._new_stage(op, first)
+            from ..ir.visit import map_expr
+
+            def fn(e):
+                if isinstance(e, Load) and e.buffer is t:
+                    return Load(op.output, blocked(e.indices))
+                return None
+
+            for r in rs:
+                r.op = r.op.with_body(map_expr(r.op.body, fn))
+
+        names_r = ", ".join(r.id for r in rs)
+        self._edit(f"pack({t.name}, {ax}, {f}, [{names_r}])", edit)
+        return op.output
+
     def rfactor(self, tensor, axis) -> Tensor:
         """Make the reduction loop `axis` of `tensor`'s stage a data-parallel axis.
 
