@@ -539,7 +539,9 @@ class Schedule:
         if not rs:
             raise ScheduleError(f"pack: no stage reads {t.name}")
         ext = t.shape[ax]
-        outer = (ext + (f - 1)) // f
+        from ..ir.simplify import simplify
+
+        outer = simplify((ext + (f - 1)) // f)
         shape = (outer,) + tuple(t.shape[d] for d in range(nd) if d != ax) + (Const(f, int32),)
         names = ["ax_o"] + [f"ax{d}" for d in range(nd) if d != ax] + ["ax_i"]
         axes = tuple(IterVar(Var(nm, int32), e, IterVar.SPATIAL) for nm, e in zip(names, shape))
