@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 import islpy as isl
 
 from ..errors import IllegalScheduleError, ScheduleError
-from ..ir.dtype import int32, int64
+from ..ir.dtype import int64
 from ..ir.expr import Const, Expr, Load, Var
 from ..ir.simplify import simplify
 from ..ir.stmt import Allocate, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store
@@ -296,32 +296,25 @@ def _symbolic_bound(ext: isl.PwAff, prog) -> Expr:
 def _rewrite_local(prog, entries: list[Entry], L: LocalBuffer) -> None:
     """Loads and stores of L's tensor -> L's buffer, shifted by the footprint's corner."""
     tid = id(L.tensor)
-    for i, e in enumerate(entries):
+    # the corner as a function of the statement's prefix loops tl__p<j> (its own first dims
+    # when expanded; bound to the enclosing loop variables at translation)
+    pvars = {f"{PREFIX}{j}": Var(f"{PREFIX}{j}", int64) for j in range(L.n_prefix)}
+    offs = [pw_aff_expr(o, pvars, prog.params, names=list(pvars)) for o in L.offsets]
+
+    def shift(idx):
+        return tuple(simplify(x - o) for x, o in zip(idx, offs))
+
+    def load(y):
+        if isinstance(y, Load) and y.buffer is L.tensor:
+            return Load(L.buffer, shift(y.indices))
+        return None
+
+    for e in entries:
         touches = tid in e.reads or tid in e.writes or any(
             isinstance(x, Store) and x.buffer is L.tensor for x in walk_stmt(e.stmt.body))
-        if not touches:
-            continue
-        # the corner as a function of the statement's prefix loops tl__p<j> (its own first
-        # dims when expanded; bound to the enclosing loop variables at translation)
-        pvars = {f"{PREFIX}{j}": Var(f"{PREFIX}{j}", int64) for j in range(L.n_prefix)}
-        offs = [pw_aff_expr(o, pvars, prog.params, names=list(pvars)) for o in L.offsets]
-
-        def shift(idx):
-            return tuple(simplify(x - o) for x, o in zip(idx, offs))
-
-        def fexpr(x: Expr, L=L) -> Expr:
-            def fn(y):
-                if isinstance(y, Load) and y.buffer is L.tensor:
-                    return Load(L.buffer, shift(y.indices))
-                return None
-            return map_expr(x, fn)
-
-        def go(s: Stmt) -> Stmt:
-            s = map_stmt(s, fexpr)
-            return _restore_stores(s, L, shift)
-
-        body = go(e.stmt.body)
-        e.stmt = replace(e.stmt, body=body)
+        if touches:
+            body = map_stmt(e.stmt.body, lambda x: map_expr(x, load))
+            e.stmt = replace(e.stmt, body=_restore_stores(body, L, shift))
 
 
 def _restore_stores(s: Stmt, L: LocalBuffer, shift) -> Stmt:
