@@ -93,29 +93,42 @@ def _union_maps(maps) -> isl.Map | None:
     return out
 
 
+def _as_params(obj, names: list[str]):
+    """`obj` (a PwAff or Set) with its dimensions moved to parameters of the given names."""
+    kind = isl.dim_type.in_ if isinstance(obj, isl.PwAff) else isl.dim_type.set
+    n = obj.dim(kind)
+    npar = obj.dim(isl.dim_type.param)
+    q = obj.move_dims(isl.dim_type.param, npar, kind, 0, n)
+    for d, nm in enumerate(names):
+        q = q.set_dim_id(isl.dim_type.param, npar + d, isl.Id(nm))
+    return q
+
+
+def _ast_expr(ast: isl.AstExpr, dims: dict[str, Expr], params: dict[str, Var]) -> Expr:
+    from .astgen import _Translator
+
+    tr = _Translator([], params)
+    tr.env = dict(dims)
+    return simplify(tr.expr(ast))
+
+
 def pw_aff_expr(pa: isl.PwAff, dims: dict[str, Expr], params: dict[str, Var],
                 names: list[str] | None = None) -> Expr:
     """An IR expression for a piecewise quasi-affine function of named dimensions (`names`
     overrides the names of pa's input dimensions)."""
-    from .astgen import _Translator
-
-    n = pa.dim(isl.dim_type.in_)
-    npar = pa.dim(isl.dim_type.param)
     if names is None:
-        names = [pa.get_dim_name(isl.dim_type.in_, d) for d in range(n)]
-    q = pa.move_dims(isl.dim_type.param, npar, isl.dim_type.in_, 0, n)
-    for d, nm in enumerate(names):
-        q = q.set_dim_id(isl.dim_type.param, npar + d, isl.Id(nm))
+        names = [pa.get_dim_name(isl.dim_type.in_, d) for d in range(pa.dim(isl.dim_type.in_))]
+    q = _as_params(pa, names)
     build = isl.AstBuild.from_context(isl.Set.universe(q.get_domain_space()))
-    tr = _Translator([], params)
-    tr.env = {k: v for k, v in dims.items()}
-    return simplify(tr.expr(build.expr_from_pw_aff(q)))
+    return _ast_expr(build.expr_from_pw_aff(q), dims, params)
 
 
-def _name_in_dims(m: isl.Map, dims: tuple[str, ...]) -> isl.Map:
-    for d, nm in enumerate(dims):
-        m = m.set_dim_name(isl.dim_type.in_, d, nm)
-    return m
+def set_expr(s: isl.Set, dims: dict[str, Expr], params: dict[str, Var],
+             names: list[str]) -> Expr:
+    """An IR condition that holds exactly at the points of `s` (dimensions named `names`)."""
+    q = _as_params(s, names)
+    build = isl.AstBuild.from_context(isl.Set.universe(q.get_space()))
+    return _ast_expr(build.expr_from_set(q), dims, params)
 
 
 # --------------------------------------------------------------------------- placing
