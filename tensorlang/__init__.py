@@ -6,6 +6,8 @@ from .ir.expr import Expr, Var, const  # noqa: F401
 from .driver import Module, build  # noqa: F401
 from .schedule import LoweredFunc, Schedule, Stage, create_schedule, lower  # noqa: F401
 from .schedule.analyze import Report, analyze  # noqa: F401
+from .target import Target  # noqa: F401
+from . import aot  # noqa: F401,E402
 from .te import *  # noqa: F401,F403
 
 __version__ = "0.1.0"

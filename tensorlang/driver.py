@@ -8,19 +8,25 @@ from .config import timed
 from .errors import BoundsError, TensorlangError
 from .schedule.lower import LoweredFunc, lower
 from .schedule.schedule import Schedule
+from .target import Target
 from .te.tensor import ComputeOp, Tensor
 
 
 class Module:
     """A built kernel. Call it with numpy arrays in the order of `args`; outputs are written
-    in place. Symbolic sizes are bound from the arrays' shapes and checked first."""
+    in place. Symbolic sizes are bound from the arrays' shapes and checked first.
 
-    def __init__(self, lowered: LoweredFunc, kernel, target):
+    A kernel built for another machine (a cross target) is not loaded: `save` writes it as an
+    object file, assembly, LLVM IR or C header, and `tl.aot.run_emulated` runs it under
+    qemu-user."""
+
+    def __init__(self, lowered: LoweredFunc, kernel, target, code=None):
         from .backends.runtime import bind_arguments
 
         self._bind = bind_arguments
         self.lowered = lowered
-        self.kernel = kernel
+        self.kernel = kernel      # the JIT-compiled kernel (None for a cross target)
+        self._code = code         # the object-file form, made on the first save
         self.target = target
         self.name = lowered.name
         buffers, scalars = [], []
@@ -39,6 +45,12 @@ class Module:
         self._checked: set[tuple] = set()
 
     def __call__(self, *arrays) -> None:
+        if self.kernel is None:
+            raise TensorlangError(
+                f"{self.name} was built for {self.target.name} ({self.target.triple}) and "
+                "cannot run in this process; use save() (f.save('kernel.o') and "
+                "f.save('kernel.h')) and link it into a program for that machine, or run it "
+                "under emulation with tl.aot.run_emulated(f, *arrays)")
         ptrs, values, env = self._bind(self._buffers, self._scalars, self.lowered.params,
                                        self._written, arrays)
         if self.lowered.violations:
@@ -59,12 +71,69 @@ class Module:
         if len(self._checked) < 1024:
             self._checked.add(values)
 
+    def check_arguments(self, arrays) -> list[int]:
+        """Check `arrays` against the signature as a call does; the sizes' values."""
+        _, values, _ = self._bind(self._buffers, self._scalars, self.lowered.params,
+                                  self._written, arrays)
+        if self.lowered.violations:
+            self._check_preconditions(tuple(values))
+        return values
+
+    @property
+    def written(self) -> set[int]:
+        """Indices of the arguments the kernel writes."""
+        return set(self._written)
+
+    @property
+    def code(self):
+        """The kernel as an object for `self.target` (the AOT form; see `save`)."""
+        if self._code is None:
+            from .backends.llvm.aot import compile_object
+
+            low = self.lowered
+            self._code = compile_object(self.name, low.buffers, low.params, low.body,
+                                        self.target, low.violations)
+        return self._code
+
+    def save(self, path, fmt: str | None = None) -> None:
+        """Write the kernel to `path`; the format follows the suffix unless `fmt` says:
+        ".o" (object file), ".s" (assembly), ".ll" (LLVM IR), ".bc" (LLVM bitcode), ".h" (a
+        C header declaring the kernel's ABI)."""
+        import os
+
+        path = os.fspath(path)
+        kind = fmt or os.path.splitext(path)[1].lstrip(".")
+        if self.name in _C_RESERVED and kind in ("o", "obj", "h"):
+            raise TensorlangError(
+                f"save: the kernel is named {self.name!r}, which C reserves; build it with "
+                f"another name, e.g. tl.build(s, args, target=..., name='my_kernel')")
+        if kind in ("o", "obj"):
+            data: bytes | str = self.code.object()
+        elif kind in ("s", "asm"):
+            data = self.code.assembly()
+        elif kind in ("ll", "llvm"):
+            data = self.code.llvm_ir
+        elif kind == "bc":
+            data = self.code.bitcode()
+        elif kind == "h":
+            from .backends.llvm.aot import header
+
+            low = self.lowered
+            data = header(self.name, low.args, low.buffers, low.params, self.target,
+                          self.code.threaded, low.violations)
+        else:
+            raise TensorlangError(f"save: cannot tell the format of {path!r}; use a suffix "
+                                  ".o, .s, .ll, .bc or .h, or pass fmt=")
+        mode = "wb" if isinstance(data, bytes) else "w"
+        with open(path, mode) as f:
+            f.write(data)
+
     def get_source(self, fmt: str = "ll") -> str:
         """The optimised LLVM IR ("ll", default), the assembly ("asm") or the loop nest."""
         if fmt in ("ll", "llvm"):
-            return self.kernel.llvm_ir
+            return self.kernel.llvm_ir if self.kernel is not None else self.code.llvm_ir
         if fmt in ("asm", "s"):
-            return self.kernel.assembly()
+            return self.kernel.assembly() if self.kernel is not None else self.code.assembly()
         if fmt in ("tl", "loops"):
             return str(self.lowered)
         raise TensorlangError(f"get_source: unknown format {fmt!r}; expected 'll', 'asm' or "
@@ -74,18 +143,39 @@ class Module:
         return f"Module({self.name}, target={self.target})"
 
 
-def build(s: Schedule, args, target: str = "llvm", name: str = "main") -> Module:
-    """Lower `s` and compile it; `args` are the tensors (and tl.var sizes) of the signature."""
-    if not isinstance(target, str):
-        raise TensorlangError(f"build: target must be a string such as 'llvm', got {target!r}")
-    kind = target.split()[0] if target.split() else ""
-    if kind in ("cuda", "nvptx"):
-        raise NotImplementedError(f"build: the {kind} target is not implemented yet")
-    from .backends.llvm import compile_kernel, parse_target
+_C_RESERVED = {
+    "main", "auto", "break", "case", "char", "const", "continue", "default", "do", "double",
+    "else", "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long",
+    "register", "restrict", "return", "short", "signed", "sizeof", "static", "struct",
+    "switch", "typedef", "union", "unsigned", "void", "volatile", "while", "malloc", "free",
+}
 
-    tgt = parse_target(target)
+
+def build(s: Schedule, args, target="llvm", name: str = "main") -> Module:
+    """Lower `s` and compile it; `args` are the tensors (and tl.var sizes) of the signature.
+
+    `target` is a `tl.Target`, a preset name ("aarch64", "riscv64+v", ...) or a string
+    "llvm -mtriple=... -mcpu=... -mattr=...". Code for the host is JIT-compiled and callable;
+    code for another machine is compiled to an object (see `Module.save`)."""
+    if isinstance(target, str):
+        kind = target.split()[0] if target.split() else ""
+        if kind in ("cuda", "nvptx"):
+            raise NotImplementedError(f"build: the {kind} target is not implemented yet")
+    elif not isinstance(target, Target):
+        raise TensorlangError(f"build: target must be a tl.Target or a string such as 'llvm' "
+                              f"or 'aarch64', got {target!r}")
+    if not isinstance(name, str) or not name.isidentifier():
+        raise TensorlangError(f"build: name must be a C identifier, got {name!r}")
+    from .backends.llvm import compile_kernel
+    from .backends.llvm.aot import compile_object
+
+    tgt = Target.parse(target)
     with timed("build"):
         lowered = lower(s, args, name)
-        kernel = compile_kernel(name, lowered.buffers, lowered.params, lowered.body, tgt)
-    return Module(lowered, kernel, tgt)
+        if tgt.is_host:
+            kernel = compile_kernel(name, lowered.buffers, lowered.params, lowered.body, tgt)
+            return Module(lowered, kernel, tgt)
+        code = compile_object(name, lowered.buffers, lowered.params, lowered.body, tgt,
+                              lowered.violations)
+    return Module(lowered, None, tgt, code)
 

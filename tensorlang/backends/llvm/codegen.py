@@ -68,6 +68,12 @@ def _has_side_effects_or_traps(e: Expr) -> bool:
     return any(isinstance(x, Load) for x in walk(e))
 
 
+# a*b + c may become one fused multiply-add (one rounding instead of two), as in TVM and
+# Halide's LLVM backends; nothing else is reassociated
+_CONTRACT = ("contract",)
+AOT_THREADS = -1  # `threads` of an object file's kernel: asks the runtime at each launch
+
+
 class FunctionCodegen:
     def __init__(self, module: ir.Module, name: str, buffers: list[Buffer], params: list[Var],
                  threads: int = 1):
@@ -196,11 +202,11 @@ class FunctionCodegen:
         d = e.dtype
         if d.is_float:
             if isinstance(e, Add):
-                return b.fadd(x, y)
+                return b.fadd(x, y, flags=_CONTRACT)
             if isinstance(e, Sub):
-                return b.fsub(x, y)
+                return b.fsub(x, y, flags=_CONTRACT)
             if isinstance(e, Mul):
-                return b.fmul(x, y)
+                return b.fmul(x, y, flags=_CONTRACT)
             if isinstance(e, Div):
                 return b.fdiv(x, y)
             if isinstance(e, (Min, Max)):
@@ -417,7 +423,8 @@ class FunctionCodegen:
             finally:
                 self.vec = None
             return
-        if s.kind is LoopKind.PARALLEL and not self.in_parallel and self.threads > 1:
+        if s.kind is LoopKind.PARALLEL and not self.in_parallel and \
+                (self.threads > 1 or self.threads == AOT_THREADS):
             self.parallel_loop(s, lo)
             return
         hi = b.add(lo, self.to_i64(self.expr(s.extent), s.extent.dtype))
@@ -474,7 +481,10 @@ class FunctionCodegen:
         st_t = ir.LiteralStructType(fields)
         with b.goto_block(self.entry):
             clo = b.alloca(st_t, name="closure")
-        nthreads = ir.Constant(I64, self.threads)
+        if self.threads == AOT_THREADS:  # an object file: its runtime says how many
+            nthreads = b.call(self._declare("tl_aot_threads", I64, []), [])
+        else:
+            nthreads = ir.Constant(I64, self.threads)
         ntasks = b.select(b.icmp_signed("<", ext, nthreads), ext, nthreads)
         values = [lo, ext, ntasks] + [self.env[n] for n in names] + \
             [self.ptrs[id(x)] for x in bufs]
@@ -502,7 +512,8 @@ class FunctionCodegen:
         sub.serial_loop(s.var.name, start, stop, s.body)
         sub.finish()
         i8p = ir.IntType(8).as_pointer()
-        launch = self._declare("tl_parallel_launch", I32, [i8p, i8p, I64])
+        launcher = "tl_aot_launch" if self.threads == AOT_THREADS else "tl_parallel_launch"
+        launch = self._declare(launcher, I32, [i8p, i8p, I64])
         r = b.call(launch, [b.bitcast(fn, i8p), b.bitcast(clo, i8p), ntasks])
         with b.if_then(b.icmp_signed("!=", r, ir.Constant(I32, 0)), likely=False):
             b.ret(r)
@@ -543,8 +554,14 @@ class FunctionCodegen:
 
 
 def emit_function(module: ir.Module, name: str, buffers, params, body: Stmt,
-                  threads: int = 1) -> ir.Function:
+                  threads: int = 1, refuse: Expr | None = None) -> ir.Function:
+    """The kernel `name`; with `refuse`, it first returns 2 where that condition holds (sizes
+    the kernel must not run with)."""
     cg = FunctionCodegen(module, name, buffers, params, threads)
+    if refuse is not None:
+        b = cg.builder
+        with b.if_then(cg.expr(refuse), likely=False):
+            b.ret(ir.Constant(I32, 2))
     cg.stmt(body)
     cg.finish()
     return cg.fn

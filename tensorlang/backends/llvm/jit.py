@@ -65,10 +65,10 @@ def has_parallel_loop(body: Stmt) -> bool:
 
 
 def make_module(name: str, buffers: list[Buffer], params: list[Var], body: Stmt,
-                target: LLVMTarget, threads: int = 1) -> ir.Module:
+                target: LLVMTarget, threads: int = 1, refuse=None) -> ir.Module:
     module = ir.Module(name=name)
     module.triple = target.triple
-    emit_function(module, name, buffers, params, body, threads)
+    emit_function(module, name, buffers, params, body, threads, refuse)
     return module
 
 
@@ -82,7 +82,7 @@ def compile_kernel(name: str, buffers: list[Buffer], params: list[Var], body: St
                    target: LLVMTarget) -> Kernel:
     """LLVM IR for the loop nest, optimised at O3 for `target` and JIT-compiled."""
     if not target.is_host:
-        raise TensorlangError(f"cannot run code for {target} in this process")
+        raise TensorlangError(f"internal: cannot run code for {target} in this process")
     threads = ensure_pool(new_target_machine(target)) if has_parallel_loop(body) else 1
     with timed("llvm codegen"):
         text = str(make_module(name, buffers, params, body, target, threads))

@@ -1,0 +1,222 @@
+"""Targets: what `tl.build` generates code for.
+
+A `Target` is an LLVM triple, a CPU and a feature string, plus what tensorlang needs to know
+about them: the width of a native vector register (for `vector_lanes`), whether code for it
+can run in this process, and whether parallel loops can run on it. It is written as
+``"llvm -mtriple=... -mcpu=... -mattr=..."`` (API.md) or named by a preset:
+
+    ========== ============================== =============== ============ =============
+    preset     triple                         cpu             features     vector bits
+    ========== ============================== =============== ============ =============
+    host       this machine's                 this machine's  this CPU's   from features
+    x86-64-v3  x86_64-unknown-linux-gnu       x86-64-v3       (AVX2, FMA)  256
+    x86-64-v4  x86_64-unknown-linux-gnu       x86-64-v4       (AVX-512)    512
+    aarch64    aarch64-unknown-linux-gnu      generic         +neon        128
+    aarch64+sve aarch64-unknown-linux-gnu     neoverse-v1     +sve         128 (NEON)
+    riscv64    riscv64-unknown-linux-gnu      generic-rv64    +m,+a,+f,+d  1 (scalar)
+    riscv64+v  riscv64-unknown-linux-gnu      generic-rv64    ...,+v       128 (VLEN)
+    wasm32     wasm32-unknown-unknown         generic         +simd128     128
+    amdgcn     amdgcn-amd-amdhsa              gfx90a                       (assembly only)
+    ========== ============================== =============== ============ =============
+
+Vectorized loops are fixed-width LLVM vectors, so on SVE and RVV the lane count is the
+architecture's guaranteed minimum (128 bits); LLVM maps them onto the scalable registers.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+from .errors import TensorlangError
+
+# arch (first word of the triple) -> default vector bits when the features do not say more
+_X86 = ("x86_64", "i386", "i686")
+
+
+@dataclass(frozen=True)
+class Target:
+    """A code-generation target. Build one with `Target.parse` (a preset name, an
+    ``"llvm ..."`` string, or a Target) rather than by hand."""
+
+    triple: str
+    cpu: str
+    features: str = ""
+    name: str = "custom"
+    kind: str = field(default="llvm")
+
+    # ------------------------------------------------------------------ construction
+    @staticmethod
+    def parse(spec: str | Target) -> Target:
+        """A preset name (`Target.presets()`), ``"llvm"`` (the host), or
+        ``"llvm -mtriple=... -mcpu=... -mattr=..."``."""
+        if isinstance(spec, Target):
+            return spec
+        if not isinstance(spec, str):
+            raise TensorlangError(f"target: expected a string such as 'llvm' or 'aarch64', or a "
+                                  f"tl.Target, got {spec!r}")
+        words = shlex.split(spec)
+        if len(words) == 1 and words[0] in PRESETS:
+            return preset(words[0])
+        if not words or words[0] != "llvm":
+            raise TensorlangError(
+                f"target: unknown target {spec!r}; expected 'llvm', 'cuda', "
+                f"'llvm -mtriple=... -mcpu=... -mattr=...' or a preset: {', '.join(PRESETS)}")
+        opts = {}
+        for w in words[1:]:
+            if not w.startswith("-") or "=" not in w:
+                raise TensorlangError(f"target: cannot parse option {w!r} in {spec!r}; expected "
+                                      "-mtriple=..., -mcpu=... or -mattr=...")
+            k, v = w.lstrip("-").split("=", 1)
+            if k not in ("mtriple", "mcpu", "mattr"):
+                raise TensorlangError(f"target: unknown option -{k} in {spec!r}; known: "
+                                      "-mtriple, -mcpu, -mattr")
+            opts[k] = v
+        host = preset("host")
+        if not opts:
+            return host
+        triple = opts.get("mtriple", host.triple)
+        same_arch = _arch(triple) == _arch(host.triple)
+        if "mcpu" in opts:
+            cpu = opts["mcpu"]
+        else:
+            cpu = host.cpu if same_arch else "generic"
+        if "mattr" in opts:
+            features = opts["mattr"]
+        else:
+            features = host.features if same_arch and cpu == host.cpu else ""
+        name = "host" if (triple, cpu, features) == (host.triple, host.cpu, host.features) \
+            else "custom"
+        t = Target(triple, cpu, features, name)
+        from .backends.llvm.target import validate
+
+        validate(t)
+        return t
+
+    @staticmethod
+    def preset(name: str) -> Target:
+        """The preset called `name`; `Target.presets()` lists them."""
+        return preset(name)
+
+    @staticmethod
+    def presets() -> list[str]:
+        return presets()
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def arch(self) -> str:
+        return _arch(self.triple)
+
+    @property
+    def feature_set(self) -> set[str]:
+        return {f for f in self.features.split(",") if f}
+
+    @property
+    def vector_bits(self) -> int:
+        """Bits of one native vector register that `vectorize` should fill."""
+        f = self.feature_set
+        a = self.arch
+        if a in _X86:
+            if self.cpu == "x86-64-v4" or "+avx512f" in f:
+                return 512 if "+prefer-256-bit" not in f else 256
+            if self.cpu in ("x86-64-v3",) or "+avx2" in f or "+avx" in f:
+                return 256
+            return 128
+        if a in ("aarch64", "arm64"):
+            return 128
+        if a.startswith("riscv"):
+            widths = [int(x[len("+zvl"):-1]) for x in f
+                      if x.startswith("+zvl") and x.endswith("b") and x[4:-1].isdigit()]
+            if widths:
+                return max(widths)
+            return 128 if "+v" in f else 0
+        if a.startswith("wasm"):
+            return 128 if "+simd128" in f else 0
+        if a.startswith("arm") or a.startswith("thumb"):
+            return 128 if "+neon" in f else 0
+        if a.startswith("powerpc") or a.startswith("ppc"):
+            return 128
+        return 0
+
+    def vector_lanes(self, dtype="float32") -> int:
+        """Lanes of `dtype` in one native vector (1 when the target has no vectors)."""
+        from .ir.dtype import as_dtype
+
+        width = max(as_dtype(dtype).bits, 8)
+        return max(self.vector_bits // width, 1)
+
+    @property
+    def is_host(self) -> bool:
+        """Whether code for this target can run in this process."""
+        host = preset("host")
+        if self.arch != host.arch:
+            return False
+        if self.cpu == host.cpu and self.features == host.features:
+            return True
+        from .backends.llvm.target import missing_host_features
+
+        return not missing_host_features(self)
+
+    @property
+    def assembly_only(self) -> bool:
+        """Targets whose kernels are only shown (assembly, LLVM IR), never linked."""
+        return self.arch in ("amdgcn", "r600")
+
+    @property
+    def has_threads(self) -> bool:
+        """Whether parallel loops can run on threads (POSIX targets)."""
+        return "linux" in self.triple or "darwin" in self.triple or "freebsd" in self.triple \
+            or self.is_host
+
+    def __str__(self) -> str:
+        s = f"llvm -mtriple={self.triple} -mcpu={self.cpu}"
+        return s + (f" -mattr={self.features}" if self.features else "")
+
+    def __repr__(self) -> str:
+        label = f"{self.name}: " if self.name != "custom" else ""
+        return f"Target({label}{self})"
+
+
+def _arch(triple: str) -> str:
+    return triple.split("-")[0]
+
+
+_RV = "+m,+a,+f,+d,+c"
+PRESETS: dict[str, tuple[str, str, str]] = {
+    "host": ("", "", ""),
+    "x86-64-v3": ("x86_64-unknown-linux-gnu", "x86-64-v3", ""),
+    "x86-64-v4": ("x86_64-unknown-linux-gnu", "x86-64-v4", "-prefer-256-bit"),
+    "aarch64": ("aarch64-unknown-linux-gnu", "generic", "+neon"),
+    "aarch64+sve": ("aarch64-unknown-linux-gnu", "neoverse-v1", "+sve"),
+    "riscv64": ("riscv64-unknown-linux-gnu", "generic-rv64", _RV),
+    "riscv64+v": ("riscv64-unknown-linux-gnu", "generic-rv64", _RV + ",+v"),
+    "wasm32": ("wasm32-unknown-unknown", "generic", "+simd128"),
+    "amdgcn": ("amdgcn-amd-amdhsa", "gfx90a", ""),
+}
+
+_PRESET_CACHE: dict[str, Target] = {}
+
+
+def preset(name: str) -> Target:
+    """The preset called `name` (see the module's table)."""
+    t = _PRESET_CACHE.get(name)
+    if t is not None:
+        return t
+    if name not in PRESETS:
+        raise TensorlangError(f"target: unknown preset {name!r}; known: {', '.join(PRESETS)}")
+    if name == "host":
+        from .backends.llvm.target import host_target
+
+        h = host_target()
+        t = Target(h.triple, h.cpu, h.features, "host")
+    else:
+        triple, cpu, features = PRESETS[name]
+        t = Target(triple, cpu, features, name)
+    _PRESET_CACHE[name] = t
+    return t
+
+
+def presets() -> list[str]:
+    """The names `Target.parse` accepts besides "llvm ..." strings."""
+    return list(PRESETS)
+
