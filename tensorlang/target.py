@@ -16,7 +16,7 @@ can run in this process, and whether parallel loops can run on it. It is written
     riscv64    riscv64-unknown-linux-gnu      generic-rv64    +m,+a,+f,+d  1 (scalar)
     riscv64+v  riscv64-unknown-linux-gnu      generic-rv64    ...,+v       128 (VLEN)
     wasm32     wasm32-unknown-unknown         generic         +simd128     128
-    amdgcn     amdgcn-amd-amdhsa              gfx90a                       (assembly only)
+    amdgcn     amdgcn-amd-amdhsa              gfx90a                       64 (assembly only)
     ========== ============================== =============== ============ =============
 
 Vectorized loops are fixed-width LLVM vectors, so on SVE and RVV the lane count is the
@@ -136,6 +136,8 @@ class Target:
             return 128 if "+neon" in f else 0
         if a.startswith("powerpc") or a.startswith("ppc"):
             return 128
+        if a == "amdgcn":
+            return 64  # packed pairs of 32-bit floats (v_pk_fma_f32) within one lane
         return 0
 
     def vector_lanes(self, dtype="float32") -> int:

@@ -105,12 +105,10 @@ def test_large_intermediate_goes_to_the_heap():
 def test_unknown_targets():
     A, B, C = _vadd()
     s = tl.create_schedule(C)
-    with pytest.raises(tl.TensorlangError, match="expected 'llvm' or 'cuda'"):
+    with pytest.raises(tl.TensorlangError, match="unknown target 'opencl'.*aarch64"):
         tl.build(s, [A, B, C], target="opencl")
     with pytest.raises(tl.TensorlangError, match="unknown option -mfoo"):
         tl.build(s, [A, B, C], target="llvm -mfoo=1")
-    with pytest.raises(NotImplementedError, match="cross-compilation"):
-        tl.build(s, [A, B, C], target="llvm -mtriple=aarch64-linux-gnu")
     with pytest.raises(NotImplementedError, match="cuda target"):
         tl.build(s, [A, B, C], target="cuda")
 
