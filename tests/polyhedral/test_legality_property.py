@@ -62,7 +62,7 @@ def unchecked(state, prim, args):
 
 def test_checker_equals_brute_force(request):
     examples = request.config.getoption("--legality-examples")
-    settings(max_examples=examples, deadline=None, database=None,
+    settings(max_examples=examples, deadline=None, database=None, print_blob=True,
              suppress_health_check=[HealthCheck.too_slow])(given(st.data())(check_one))()
 
 
