@@ -2,6 +2,8 @@
 
 TL_DEBUG=1 prints timings of each pass, =2 also loop nests, =3 also LLVM IR, =4 also isl sets,
 maps and dependences. TL_NUM_THREADS sets the size of the parallel thread pool.
+TL_FP_CONTRACT=0 stops the LLVM backend from fusing a*b + c into one multiply-add (the
+default allows it, as C compilers' -ffp-contract=on does within an expression).
 """
 
 from __future__ import annotations
@@ -31,6 +33,11 @@ def num_threads() -> int:
         except ValueError:
             pass
     return os.cpu_count() or 1
+
+
+def fp_contract() -> bool:
+    """Whether a*b + c may become one fused multiply-add (TL_FP_CONTRACT, default 1)."""
+    return os.environ.get("TL_FP_CONTRACT", "1").strip() not in ("0", "off", "false", "no")
 
 
 def debug_print(level: int, title: str, text: object = "") -> None:

@@ -271,3 +271,12 @@ def test_emulation_checks_arguments_like_a_call():
     a = np.zeros(4, "float32")
     with pytest.raises(tl.TensorlangError, match="expected dtype float32"):
         tl.aot.run_emulated(f, a, a.astype("float64"), a.copy())
+
+
+def test_fp_contraction_can_be_turned_off(monkeypatch):
+    s, args = tiled_matmul("aarch64", 8, 8, 8)
+    assert "fmla" in tl.build(s, args, target="aarch64", name="mm").get_source("asm")
+    monkeypatch.setenv("TL_FP_CONTRACT", "0")
+    s, args = tiled_matmul("aarch64", 8, 8, 8)
+    asm = tl.build(s, args, target="aarch64", name="mm").get_source("asm")
+    assert "fmla" not in asm and "fmul" in asm

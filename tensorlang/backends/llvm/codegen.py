@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from ...config import fp_contract
 from ...errors import TensorlangError
 from ...ir.dtype import DType
 from ...ir.expr import (
@@ -69,8 +70,7 @@ def _has_side_effects_or_traps(e: Expr) -> bool:
 
 
 # a*b + c may become one fused multiply-add (one rounding instead of two), as in TVM and
-# Halide's LLVM backends; nothing else is reassociated
-_CONTRACT = ("contract",)
+# Halide's LLVM backends; nothing else is reassociated. TL_FP_CONTRACT=0 turns it off.
 AOT_THREADS = -1  # `threads` of an object file's kernel: asks the runtime at each launch
 
 
@@ -79,6 +79,7 @@ class FunctionCodegen:
                  threads: int = 1):
         self.module = module
         self.threads = threads
+        self.fp_flags = ("contract",) if fp_contract() else ()
         self.in_parallel = False
         self.vec: VectorContext | None = None
         self.outlined = 0
@@ -202,11 +203,11 @@ class FunctionCodegen:
         d = e.dtype
         if d.is_float:
             if isinstance(e, Add):
-                return b.fadd(x, y, flags=_CONTRACT)
+                return b.fadd(x, y, flags=self.fp_flags)
             if isinstance(e, Sub):
-                return b.fsub(x, y, flags=_CONTRACT)
+                return b.fsub(x, y, flags=self.fp_flags)
             if isinstance(e, Mul):
-                return b.fmul(x, y, flags=_CONTRACT)
+                return b.fmul(x, y, flags=self.fp_flags)
             if isinstance(e, Div):
                 return b.fdiv(x, y)
             if isinstance(e, (Min, Max)):
@@ -495,6 +496,7 @@ class FunctionCodegen:
         fn.linkage = "internal"
         sub = FunctionCodegen.__new__(FunctionCodegen)
         sub.module, sub.threads, sub.in_parallel, sub.vec = self.module, self.threads, True, None
+        sub.fp_flags = self.fp_flags
         sub.fn, sub.ptrs, sub.env, sub.heap = fn, {}, {}, []
         sub.entry = fn.append_basic_block("entry")
         sub.builder = ir.IRBuilder(fn.append_basic_block("body"))
