@@ -1,1 +1,20 @@
-"""The graph layer (operators, autodiff, executor): not implemented yet."""
+"""The graph layer: operators as nodes, reverse- and forward-mode autodiff, and an executor
+that runs every op as a tensorlang kernel.
+
+    import tensorlang.graph as G
+    x1, x2 = G.Variable("x1"), G.Variable("x2")
+    y = G.log(x1) + x1 * x2 - G.sin(x2)
+    g1, g2 = G.gradients(y, [x1, x2])
+    y_val, g1_val, g2_val = G.Executor([y, g1, g2]).run(feed_dict={x1: 2.0, x2: 5.0})
+"""
+
+from .api import (  # noqa: F401
+    Variable, add, avg_pool2d, batch_norm, broadcast_to, concat, constant, conv2d, cos, div,
+    equal, exp, layer_norm, log, log_softmax, make, matmul, max, max_pool2d, mean, mse_loss,
+    mul, neg, power, relu, reshape, sigmoid, sin, softmax, softmax_cross_entropy, sqrt, sub,
+    sum, tanh, transpose, zeros_like,
+)
+from .autodiff import gradients, jvp  # noqa: F401
+from .executor import Executor  # noqa: F401
+from .node import Graph, GraphError, Node, topological_order  # noqa: F401
+from .ops import OPS  # noqa: F401

@@ -1,0 +1,500 @@
+"""The op registry: per op, side by side, its numpy reference, shape rule, gradient rule
+(in graph ops, so gradients of gradients work), JVP rule and TE definition.
+
+Rules:
+- ``grad(g, node)`` returns one adjoint node (or None: zero) per input of `node`, given the
+  adjoint `g` of its output.
+- ``jvp(node, tangents)`` returns the output's tangent (or None: zero) given one tangent (or
+  None) per input.
+- ``te(tensors, shapes, out_shape, **attrs)`` returns (output tensor, schedule kind) for
+  concrete input shapes; the executor schedules by kind (see executor.default_schedule).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+import tensorlang as tl
+
+from . import shapes as S
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    reference: Callable
+    shape: Callable
+    grad: Callable
+    jvp: Callable
+    te: Callable | None
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def register_op(name, reference, shape, grad, jvp, te) -> None:
+    OPS[name] = OpDef(name, reference, shape, grad, jvp, te)
+
+
+def _g():
+    from . import api
+
+    return api
+
+
+def _add_t(a, b):
+    """Sum of two optional tangents/adjoints."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a + b
+
+
+# ============================================================ TE helpers
+def _read(t, shp, out_shape, idx):
+    """t (shape `shp`) read at output index `idx`, with numpy broadcasting."""
+    off = len(out_shape) - len(shp)
+    return t[tuple(0 if shp[d] == 1 and out_shape[off + d] != 1 else idx[off + d]
+                   for d in range(len(shp)))]
+
+
+def _elementwise(fn):
+    def te(ts, shapes, out, **_):
+        return tl.compute(out, lambda *i: fn(*[_read(t, s, out, i) for t, s in zip(ts, shapes)]),
+                          name="out"), "elementwise"
+    return te
+
+
+def _zero(t):
+    return tl.const(0.0, t.dtype)
+
+
+# ============================================================ elementwise
+def _unbroadcast(pairs, node):
+    return [None if g is None else _g().sum_like(g, x) for g, x in zip(pairs, node.inputs)]
+
+
+def _binary(name, ref, fn, grad, jvp):
+    register_op(name, ref, S.broadcast, grad, jvp, _elementwise(fn))
+
+
+def _fit(t, node):
+    return None if t is None else _g().broadcast_like(t, node)
+
+
+_binary("add", np.add, lambda a, b: a + b,
+        lambda g, n: _unbroadcast([g, g], n),
+        lambda n, t: _fit(_add_t(t[0], t[1]), n))
+_binary("sub", np.subtract, lambda a, b: a - b,
+        lambda g, n: _unbroadcast([g, -g], n),
+        lambda n, t: _fit(_add_t(t[0], None if t[1] is None else -t[1]), n))
+_binary("mul", np.multiply, lambda a, b: a * b,
+        lambda g, n: _unbroadcast([g * n.inputs[1], g * n.inputs[0]], n),
+        lambda n, t: _fit(_add_t(None if t[0] is None else t[0] * n.inputs[1],
+                                 None if t[1] is None else n.inputs[0] * t[1]), n))
+_binary("div", np.divide, lambda a, b: a / b,
+        lambda g, n: _unbroadcast([g / n.inputs[1], -g * n / n.inputs[1]], n),
+        lambda n, t: _fit(_add_t(None if t[0] is None else t[0] / n.inputs[1],
+                                 None if t[1] is None else -t[1] * n / n.inputs[1]), n))
+_binary("power", np.power, lambda a, b: tl.pow(a, b),
+        lambda g, n: _unbroadcast([g * n.inputs[1] * n.inputs[0] ** (n.inputs[1] - 1.0),
+                                   g * n * _g().log(n.inputs[0])], n),
+        lambda n, t: _fit(_add_t(
+            None if t[0] is None else t[0] * n.inputs[1] * n.inputs[0] ** (n.inputs[1] - 1.0),
+            None if t[1] is None else t[1] * n * _g().log(n.inputs[0])), n))
+_binary("equal", lambda a, b: (a == b).astype(np.result_type(a, b)),
+        lambda a, b: tl.if_then_else(a == b, 1.0, 0.0).astype(a.dtype),
+        lambda g, n: [None, None], lambda n, t: None)
+_binary("relu_grad", lambda x, g: np.where(x > 0, g, 0).astype(np.result_type(x, g)),
+        lambda x, g: tl.if_then_else(x > 0, g, _zero(g)),
+        lambda g, n: [None, _g().sum_like(_g().make("relu_grad", (n.inputs[0], g)),
+                                          n.inputs[1])],
+        lambda n, t: None if t[1] is None else _fit(_g().make("relu_grad", (n.inputs[0], t[1])),
+                                                     n))
+
+
+def _unary(name, ref, fn, deriv):
+    """An elementwise function with derivative `deriv(x, y)` (y the output node)."""
+    register_op(name, ref, lambda s: tuple(s),
+                lambda g, n: [g * deriv(n.inputs[0], n)],
+                lambda n, t: None if t[0] is None else t[0] * deriv(n.inputs[0], n),
+                _elementwise(fn))
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+_unary("neg", np.negative, lambda x: -x, lambda x, y: -1.0)
+_unary("exp", np.exp, tl.exp, lambda x, y: y)
+_unary("log", np.log, tl.log, lambda x, y: 1.0 / x)
+_unary("sin", np.sin, tl.sin, lambda x, y: _g().cos(x))
+_unary("cos", np.cos, tl.cos, lambda x, y: -_g().sin(x))
+_unary("tanh", np.tanh, tl.tanh, lambda x, y: 1.0 - y * y)
+_unary("sqrt", np.sqrt, tl.sqrt, lambda x, y: 0.5 / y)
+_unary("sigmoid", _sigmoid, tl.sigmoid, lambda x, y: y * (1.0 - y))
+register_op("relu", lambda x: np.maximum(x, 0).astype(x.dtype), lambda s: tuple(s),
+            lambda g, n: [_g().make("relu_grad", (n.inputs[0], g))],
+            lambda n, t: None if t[0] is None else _g().make("relu_grad", (n.inputs[0], t[0])),
+            _elementwise(lambda x: tl.if_then_else(x > 0, x, _zero(x))))
+register_op("zeros_like", np.zeros_like, lambda s: tuple(s), lambda g, n: [None],
+            lambda n, t: None, _elementwise(lambda x: _zero(x)))
+
+
+# ============================================================ reductions
+def _reduce_te(reducer, mean=False):
+    def te(ts, shapes, out, axis, keepdims):
+        x, shp = ts[0], shapes[0]
+        ax = S.axes(axis, len(shp))
+        if not ax:
+            return tl.compute(out, lambda *i: x[i], name="out"), "elementwise"
+        rk = {a: tl.reduce_axis((0, shp[a]), name=f"r{a}") for a in ax}
+
+        def body(*i):
+            it = iter(i)
+            full = []
+            for d in range(len(shp)):
+                if d in rk:
+                    full.append(rk[d])
+                    if keepdims:
+                        next(it)
+                else:
+                    full.append(next(it))
+            return reducer(x[tuple(full)], axis=[rk[a] for a in ax])
+
+        r = tl.compute(out, body, name="red")
+        if mean:
+            count = int(np.prod([shp[a] for a in ax]))
+            r = tl.compute(out, lambda *i: r[i] * (1.0 / count), name="out")
+        return r, "reduce"
+    return te
+
+
+def _max_mask(n, x):
+    """Where x attains the reduction's maximum, divided by the number of ties."""
+    G = _g()
+    axis, keepdims = n.attr("axis"), n.attr("keepdims")
+    mask = G.equal(x, G.unreduce(n, x, axis, keepdims))
+    return mask / G.unreduce(G.sum(mask, axis=axis, keepdims=keepdims), x, axis, keepdims)
+
+
+register_op("sum", lambda x, axis, keepdims: np.sum(x, axis=axis, keepdims=keepdims),
+            lambda s, axis, keepdims: S.reduced(s, axis, keepdims),
+            lambda g, n: [_g().unreduce(g, n.inputs[0], n.attr("axis"), n.attr("keepdims"))],
+            lambda n, t: None if t[0] is None else _g().sum(t[0], n.attr("axis"),
+                                                            n.attr("keepdims")),
+            _reduce_te(tl.sum))
+register_op("mean", lambda x, axis, keepdims: np.mean(x, axis=axis, keepdims=keepdims),
+            lambda s, axis, keepdims: S.reduced(s, axis, keepdims),
+            lambda g, n: [_g().unreduce(g, n.inputs[0], n.attr("axis"), n.attr("keepdims"),
+                                        True)],
+            lambda n, t: None if t[0] is None else _g().mean(t[0], n.attr("axis"),
+                                                             n.attr("keepdims")),
+            _reduce_te(tl.sum, mean=True))
+register_op("max", lambda x, axis, keepdims: np.max(x, axis=axis, keepdims=keepdims),
+            lambda s, axis, keepdims: S.reduced(s, axis, keepdims),
+            lambda g, n: [_max_mask(n, n.inputs[0]) * _g().unreduce(
+                g, n.inputs[0], n.attr("axis"), n.attr("keepdims"))],
+            lambda n, t: None if t[0] is None else _g().sum(
+                _max_mask(n, n.inputs[0]) * t[0], n.attr("axis"), n.attr("keepdims")),
+            _reduce_te(tl.max))
+
+
+def _unreduce_ref(g, x, axis, keepdims, mean):
+    ax = S.axes(axis, x.ndim)
+    if not keepdims:
+        g = np.expand_dims(g, ax)
+    out = np.broadcast_to(g, x.shape).astype(np.result_type(g, x))
+    return out / np.prod([x.shape[a] for a in ax]) if mean else out
+
+
+def _unreduce_te(ts, shapes, out, axis, keepdims, mean):
+    g, (gs, xs) = ts[0], shapes
+    ax = S.axes(axis, len(xs))
+    scale = 1.0 / int(np.prod([xs[a] for a in ax])) if mean else 1.0
+
+    def body(*i):
+        idx = [0 if d in ax else i[d] for d in range(len(xs))] if keepdims else \
+            [i[d] for d in range(len(xs)) if d not in ax]
+        v = g[tuple(idx)]
+        return v * scale if mean else v
+    return tl.compute(out, body, name="out"), "elementwise"
+
+
+register_op("unreduce", _unreduce_ref, lambda g, x, axis, keepdims, mean: tuple(x),
+            lambda G, n: [(_g().mean if n.attr("mean") else _g().sum)(
+                G, n.attr("axis"), n.attr("keepdims")), None],
+            lambda n, t: None if t[0] is None else _g().unreduce(
+                t[0], n.inputs[1], n.attr("axis"), n.attr("keepdims"), n.attr("mean")),
+            _unreduce_te)
+
+
+# ============================================================ shapes and layout
+def _sum_like_ref(x, like):
+    lead = x.ndim - like.ndim
+    r = x.sum(axis=tuple(range(lead))) if lead else x
+    keep = tuple(d for d in range(like.ndim) if like.shape[d] == 1 and r.shape[d] != 1)
+    return r.sum(axis=keep, keepdims=True) if keep else r
+
+
+def _sum_like_shape(x, like):
+    if S.broadcast(x, like) != tuple(x):
+        raise ValueError("the first shape must be the broadcast of the second")
+    return tuple(like)
+
+
+def _sum_like_te(ts, shapes, out, **_):
+    x, (xs, ls) = ts[0], shapes
+    lead = len(xs) - len(ls)
+    red = [d for d in range(len(xs)) if d < lead or (ls[d - lead] == 1 and xs[d] != 1)]
+    if not red:
+        return tl.compute(out, lambda *i: x[i], name="out"), "elementwise"
+    rk = {d: tl.reduce_axis((0, xs[d]), name=f"r{d}") for d in red}
+
+    def body(*i):
+        idx = [rk[d] if d in rk else i[d - lead] for d in range(len(xs))]
+        return tl.sum(x[tuple(idx)], axis=list(rk.values()))
+    return tl.compute(out, body, name="out"), "reduce"
+
+
+def _bcast_te(ts, shapes, out, **_):
+    return tl.compute(out, lambda *i: _read(ts[0], shapes[0], out, i), name="out"), "elementwise"
+
+
+register_op("sum_like", lambda x, like: _sum_like_ref(x, like), _sum_like_shape,
+            lambda g, n: [_g().broadcast_like(g, n.inputs[0]), None],
+            lambda n, t: None if t[0] is None else _g().sum_like(t[0], n.inputs[1]),
+            _sum_like_te)
+register_op("broadcast_like", lambda x, like: np.broadcast_to(x, like.shape).copy(),
+            lambda x, like: _check_bcast(x, like),
+            lambda g, n: [_g().sum_like(g, n.inputs[0]), None],
+            lambda n, t: None if t[0] is None else _g().broadcast_like(t[0], n.inputs[1]),
+            _bcast_te)
+register_op("broadcast_to", lambda x, shape: np.broadcast_to(x, shape).copy(),
+            lambda x, shape: _check_bcast(x, shape),
+            lambda g, n: [_g().sum_like(g, n.inputs[0])],
+            lambda n, t: None if t[0] is None else _g().broadcast_to(t[0], n.attr("shape")),
+            _bcast_te)
+
+
+def _check_bcast(x, shape):
+    if S.broadcast(x, shape) != tuple(shape):
+        raise ValueError(f"cannot broadcast {tuple(x)} to {tuple(shape)}")
+    return tuple(shape)
+
+
+def _reshape_te(ts, shapes, out, **_):
+    x, xs = ts[0], shapes[0]
+    if tuple(xs) == tuple(out):
+        return tl.compute(out, lambda *i: x[i], name="out"), "elementwise"
+    ostr = [int(np.prod(out[d + 1:])) for d in range(len(out))]
+    istr = [int(np.prod(xs[d + 1:])) for d in range(len(xs))]
+
+    def body(*i):
+        flat = sum((i[d] * ostr[d] for d in range(len(out))), tl.const(0, "int32"))
+        return x[tuple((flat // istr[d]) % xs[d] if d else flat // istr[d]
+                       for d in range(len(xs)))]
+    return tl.compute(out, body, name="out"), "elementwise"
+
+
+register_op("reshape", lambda x, shape: np.reshape(x, S.reshaped(x.shape, shape)).copy(),
+            lambda x, shape: S.reshaped(x, shape),
+            lambda g, n: [_g().reshape_like(g, n.inputs[0])],
+            lambda n, t: None if t[0] is None else _g().reshape(t[0], n.attr("shape")),
+            _reshape_te)
+register_op("reshape_like", lambda x, like: np.reshape(x, like.shape).copy(),
+            lambda x, like: S.reshaped(x, like),
+            lambda g, n: [_g().reshape_like(g, n.inputs[0]), None],
+            lambda n, t: None if t[0] is None else _g().reshape_like(t[0], n.inputs[1]),
+            _reshape_te)
+
+
+def _transpose_te(ts, shapes, out, axes):
+    p = S.permutation(axes, len(shapes[0]))
+
+    def body(*i):
+        idx = [None] * len(p)
+        for d, a in enumerate(p):
+            idx[a] = i[d]
+        return ts[0][tuple(idx)]
+    return tl.compute(out, body, name="out"), "elementwise"
+
+
+def _inverse(axes, ndim):
+    p = S.permutation(axes, ndim)
+    return tuple(int(a) for a in np.argsort(p))
+
+
+register_op("transpose", lambda x, axes: np.transpose(x, axes).copy(),
+            lambda x, axes: tuple(x[a] for a in S.permutation(axes, len(x))),
+            lambda g, n: [_g().transpose(g, None if n.attr("axes") is None else
+                                         _inverse(n.attr("axes"), len(n.attr("axes"))))],
+            lambda n, t: None if t[0] is None else _g().transpose(t[0], n.attr("axes")),
+            _transpose_te)
+
+
+def _concat_te(ts, shapes, out, axis):
+    ax = S.axes(axis, len(out))[0]
+    offs = np.cumsum([0] + [s[ax] for s in shapes]).tolist()
+
+    def body(*i):
+        def part(k):
+            idx = tuple(i[d] - offs[k] if d == ax else i[d] for d in range(len(out)))
+            v = ts[k][idx]
+            return v if k == len(ts) - 1 else tl.if_then_else(i[ax] < offs[k + 1], v, part(k + 1))
+        return part(0)
+    return tl.compute(out, body, name="out"), "elementwise"
+
+
+register_op("concat", lambda *xs, axis: np.concatenate(xs, axis=axis),
+            lambda *ss, axis: S.concat(ss, axis),
+            lambda g, n: [_g().make("concat_part", (g, *n.inputs), axis=n.attr("axis"), index=k)
+                          for k in range(len(n.inputs))],
+            lambda n, t: None if all(x is None for x in t) else _g().concat(
+                [x if x is not None else _g().zeros_like(i) for x, i in zip(t, n.inputs)],
+                n.attr("axis")),
+            _concat_te)
+
+
+def _part_ref(g, *xs, axis, index):
+    offs = np.cumsum([0] + [x.shape[axis] for x in xs])
+    return np.take(g, range(offs[index], offs[index + 1]), axis=axis)
+
+
+def _part_te(ts, shapes, out, axis, index):
+    ax = S.axes(axis, len(out))[0]
+    off = int(sum(s[ax] for s in shapes[1:index + 1]))
+    return tl.compute(out, lambda *i: ts[0][tuple(i[d] + off if d == ax else i[d]
+                                                  for d in range(len(out)))],
+                      name="out"), "elementwise"
+
+
+def _part_grad(G, n):
+    xs = n.inputs[1:]
+    k = n.attr("index")
+    parts = [G if j == k else _g().zeros_like(x) for j, x in enumerate(xs)]
+    return [_g().concat(parts, n.attr("axis"))] + [None] * len(xs)
+
+
+register_op("concat_part", _part_ref,
+            lambda g, *xs, axis, index: tuple(xs[index]),
+            _part_grad,
+            lambda n, t: None if t[0] is None else _g().make(
+                "concat_part", (t[0], *n.inputs[1:]), axis=n.attr("axis"),
+                index=n.attr("index")),
+            _part_te)
+
+
+# ============================================================ matmul
+def _mm_ref(a, b, ta, tb):
+    return np.matmul(np.swapaxes(a, -1, -2) if ta else a, np.swapaxes(b, -1, -2) if tb else b)
+
+
+def _mm_te(ts, shapes, out, ta, tb):
+    A, B = ts
+    sa, sb = shapes
+    k = sa[-2] if ta else sa[-1]
+    if tb:  # read B contiguously in the inner (j) loop: transpose it into a stage first
+        Bt = tl.compute(sb[:-2] + (sb[-1], sb[-2]), lambda *i: B[i[:-2] + (i[-1], i[-2])],
+                        name="bt")
+        sb = sb[:-2] + (sb[-1], sb[-2])
+        B = Bt
+    r = tl.reduce_axis((0, k), name="k")
+    nb = len(out) - 2
+
+    def body(*i):
+        bi = i[:nb]
+        ia = _read_batch(sa, bi, nb) + ((r, i[-2]) if ta else (i[-2], r))
+        ib = _read_batch(sb, bi, nb) + (r, i[-1])
+        return tl.sum(A[ia] * B[ib], axis=r)
+    return tl.compute(out, body, name="out"), "matmul"
+
+
+def _read_batch(shp, bi, nb):
+    bs = shp[:-2]
+    off = nb - len(bs)
+    return tuple(0 if bs[d] == 1 else bi[off + d] for d in range(len(bs)))
+
+
+def _mm_grad(g, n):
+    G = _g()
+    a, b = n.inputs
+    ta, tb = n.attr("ta"), n.attr("tb")
+    mm = lambda x, y, tx, ty: G.make("matmul", (x, y), ta=tx, tb=ty)  # noqa: E731
+    da = mm(b, g, tb, True) if ta else mm(g, b, False, not tb)
+    db = mm(g, a, True, ta) if tb else mm(a, g, not ta, False)
+    return [G.sum_like(da, a), G.sum_like(db, b)]
+
+
+register_op("matmul", _mm_ref, lambda a, b, ta, tb: S.matmul(a, b, ta, tb), _mm_grad,
+            lambda n, t: _add_t(
+                None if t[0] is None else _g().make("matmul", (t[0], n.inputs[1]),
+                                                    ta=n.attr("ta"), tb=n.attr("tb")),
+                None if t[1] is None else _g().make("matmul", (n.inputs[0], t[1]),
+                                                    ta=n.attr("ta"), tb=n.attr("tb"))),
+            _mm_te)
+
+
+# ============================================================ softmax
+def _softmax_ref(x, axis):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _log_softmax_ref(x, axis):
+    m = x.max(axis=axis, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(axis=axis, keepdims=True))
+
+
+def _softmax_te(log):
+    def te(ts, shapes, out, axis):
+        x, shp = ts[0], shapes[0]
+        ax = S.axes(axis, len(shp))[0]
+        red = tuple(1 if d == ax else s for d, s in enumerate(shp))
+
+        def along(r):
+            return lambda *i: tuple(r if d == ax else i[d] for d in range(len(shp)))
+        r1 = tl.reduce_axis((0, shp[ax]), name="r1")
+        m = tl.compute(red, lambda *i: tl.max(x[along(r1)(*i)], axis=r1), name="m")
+        r2 = tl.reduce_axis((0, shp[ax]), name="r2")
+        z = tl.compute(red, lambda *i: tl.sum(tl.exp(x[along(r2)(*i)] - m[i]), axis=r2),
+                       name="z")
+
+        def at(i):
+            return tuple(0 if d == ax else i[d] for d in range(len(shp)))
+        if log:
+            y = tl.compute(shp, lambda *i: x[i] - m[at(i)] - tl.log(z[at(i)]), name="out")
+        else:
+            y = tl.compute(shp, lambda *i: tl.exp(x[i] - m[at(i)]) / z[at(i)], name="out")
+        return y, "softmax"
+    return te
+
+
+def _softmax_grad(g, n):
+    s = _g().sum(g * n, axis=n.attr("axis"), keepdims=True)
+    return [n * (g - s)]
+
+
+def _log_softmax_grad(g, n):
+    return [g - _g().exp(n) * _g().sum(g, axis=n.attr("axis"), keepdims=True)]
+
+
+register_op("softmax", _softmax_ref, lambda s, axis: (S.axes(axis, len(s)), tuple(s))[1],
+            _softmax_grad, lambda n, t: None if t[0] is None else _softmax_grad(t[0], n)[0],
+            _softmax_te(False))
+register_op("log_softmax", _log_softmax_ref,
+            lambda s, axis: (S.axes(axis, len(s)), tuple(s))[1],
+            _log_softmax_grad,
+            lambda n, t: None if t[0] is None else t[0] - _g().sum(
+                _g().exp(n) * t[0], axis=n.attr("axis"), keepdims=True),
+            _softmax_te(True))
+
+# sources: fed or stored, never computed by a kernel
+register_op("variable", None, None, lambda g, n: [], lambda n, t: None, None)
+register_op("constant", None, None, lambda g, n: [], lambda n, t: None, None)
+
+from . import nnops  # noqa: E402,F401  (registers conv2d and pooling)
