@@ -151,6 +151,15 @@ _C_RESERVED = {
 }
 
 
+# functions the generated code may call: a kernel with one of these names would call itself
+_LIBC = {f + suffix for f in ("exp", "log", "sin", "cos", "tan", "tanh", "sqrt", "pow", "floor",
+                              "ceil", "fabs", "erf", "exp2", "log2", "log10", "fma", "fmin",
+                              "fmax", "round", "trunc", "rint", "nearbyint", "copysign")
+         for suffix in ("", "f", "l")} | {"malloc", "free", "memcpy", "memset", "getenv",
+                                         "strtol", "sysconf", "syscall", "sched_yield",
+                                         "pthread_create", "pthread_join", "abort"}
+
+
 def build(s: Schedule, args, target="llvm", name: str = "main") -> Module:
     """Lower `s` and compile it; `args` are the tensors (and tl.var sizes) of the signature.
 
@@ -166,6 +175,9 @@ def build(s: Schedule, args, target="llvm", name: str = "main") -> Module:
                               f"or 'aarch64', got {target!r}")
     if not isinstance(name, str) or not name.isidentifier():
         raise TensorlangError(f"build: name must be a C identifier, got {name!r}")
+    if name in _LIBC or name.startswith(("llvm", "tl_aot_", "tl_parallel")):
+        raise TensorlangError(f"build: name {name!r} is a function the generated code may call "
+                              "(C library or tensorlang runtime); choose another name")
     from .backends.llvm import compile_kernel
     from .backends.llvm.aot import compile_object
 

@@ -78,7 +78,7 @@ def compile_op(op: str, attrs: tuple, shapes: tuple, dtypes: tuple):
     s = default_schedule(out, kind, work)
     read = {id(t.op) for t in s.placeholders}
     used = tuple(k for k, t in enumerate(ins) if id(t.op) in read)  # "like" inputs: shape only
-    mod = tl.build(s, [*(ins[k] for k in used), out], name=op)
+    mod = tl.build(s, [*(ins[k] for k in used), out], name=f"graph_{op}")
     _KERNELS[key] = (mod, used)
     return mod, used
 

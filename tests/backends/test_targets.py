@@ -175,6 +175,14 @@ def test_save_refuses_what_it_cannot_write(tmp_path):
         tl.build(s, args, target="aarch64", name="my kernel")
 
 
+def test_kernel_names_that_the_code_calls_are_refused():
+    """Regression: a host kernel named "exp" that calls exp() called itself (a crash)."""
+    s, args = vector_axpy("llvm")
+    for name in ("exp", "expf", "malloc", "tl_aot_launch"):
+        with pytest.raises(tl.TensorlangError, match="generated code may call"):
+            tl.build(s, args, name=name)
+
+
 @pytest.mark.parametrize("target", ["wasm32", "amdgcn"])
 def test_parallel_loops_are_refused_without_threads(target):
     s, args = tiled_matmul(target, 8, 8, 8, parallel=True)
