@@ -13,7 +13,7 @@ Rules:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -213,7 +213,7 @@ def _unreduce_ref(g, x, axis, keepdims, mean):
 
 
 def _unreduce_te(ts, shapes, out, axis, keepdims, mean):
-    g, (gs, xs) = ts[0], shapes
+    g, xs = ts[0], shapes[1]
     ax = S.axes(axis, len(xs))
     scale = 1.0 / int(np.prod([xs[a] for a in ax])) if mean else 1.0
 
