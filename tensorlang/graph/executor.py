@@ -51,9 +51,22 @@ def default_schedule(out: tl.Tensor, kind: str, work: int) -> tl.Schedule:
                 st.parallel(fused)
         elif kind == "matmul":
             (k,) = st.op.reduce_axis
-            st.reorder(*axes[:-1], k, axes[-1])
-            if big and len(axes) >= 2:
-                st.parallel(axes[-2] if len(axes) == 2 else axes[0])
+            m, n = (int(x.value) for x in out.shape[-2:])
+            lanes = _lanes(str(out.dtype))
+            if len(axes) == 2 and big and m >= 8 and n >= 2 * lanes:
+                # register blocking: 8 rows x 2 vectors of C stay in registers over k; rows
+                # of blocks in parallel (97 GFLOPS against 74 for the plain order, 128x784x256)
+                io, jo, ii, ji = st.tile(axes[0], axes[1], 8, 2 * lanes)
+                st.reorder(io, jo, k, ii, ji)
+                jio, jii = st.split(ji, factor=lanes)
+                st.unroll(ii)
+                st.unroll(jio)
+                st.vectorize(jii)
+                st.parallel(io)
+            else:
+                st.reorder(*axes[:-1], k, axes[-1])
+                if big and len(axes) >= 2:
+                    st.parallel(axes[-2] if len(axes) == 2 else axes[0])
         elif big and int(out.shape[0].value) > 1:
             st.parallel(axes[0])
         return s
@@ -89,6 +102,7 @@ class _Step:
     kernel: tl.Module
     inputs: list[int]     # slots
     output: int           # slot
+    pointers: list[int] | None = None   # of the plan's arrays, checked once
 
 
 class _Plan:
@@ -117,8 +131,12 @@ class _Plan:
                                           tuple(dtypes[i.id] for i in n.inputs))
             except tl.TensorlangError as e:
                 raise GraphError(f"node {n.name} ({n.op}): cannot compile: {e}") from e
-            self.steps.append(_Step(n, kernel, [self.slot_of[n.inputs[k].id] for k in used],
-                                    slot))
+            step = _Step(n, kernel, [self.slot_of[n.inputs[k].id] for k in used], slot)
+            arrays = [self.arrays[i] for i in step.inputs] + [self.arrays[slot]]
+            kernel.check_arguments(arrays)      # once: the plan's arrays never change
+            if not kernel.lowered.params:       # every size is a constant in the kernel
+                step.pointers = [a.ctypes.data for a in arrays]
+            self.steps.append(step)
             for i in {x.id: x for x in n.inputs}.values():
                 uses[i.id] -= 1
                 if uses[i.id] == 0 and i.id not in keep and i.op not in ("variable", "constant"):
@@ -205,5 +223,9 @@ class Executor:
         for var in self.variables:
             arrays[plan.slot_of[var.id]][...] = feeds[var.id]
         for st in plan.steps:
-            st.kernel(*[arrays[i] for i in st.inputs], arrays[st.output])
+            if st.pointers is None:
+                st.kernel(*[arrays[i] for i in st.inputs], arrays[st.output])
+            elif st.kernel.kernel.cfunc(*st.pointers) != 0:
+                raise MemoryError(f"node {st.node.name}: a temporary buffer could not be "
+                                  "allocated")
         return [arrays[plan.slot_of[o.id]].copy() for o in self.outputs]
