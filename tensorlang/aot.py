@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import TensorlangError
+from .backends.llvm.aot import C_TYPES
 from .target import Target
 
 
@@ -60,11 +61,6 @@ def toolchain(target: Target) -> Toolchain:
     return chain
 
 
-_C_TYPES = {"bool": "uint8_t", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t",
-            "int64": "int64_t", "uint8": "uint8_t", "float16": "uint16_t", "float32": "float",
-            "float64": "double"}
-
-
 def harness_source(f) -> str:
     """A C program calling `f`: argv holds one file per tensor argument (read, and written
     back for outputs) then the sizes; its exit status is the kernel's."""
@@ -88,7 +84,7 @@ def harness_source(f) -> str:
              "  size_t bytes[64];"]
     for i, b in enumerate(low.buffers):
         lines.append(f"  bytes[{i}] = strtoull(argv[{1 + 2 * i}], 0, 10);")
-        lines.append(f"  {_C_TYPES[b.dtype.name]} *a{i} = load(argv[{2 + 2 * i}], bytes[{i}]);")
+        lines.append(f"  {C_TYPES[b.dtype.name]} *a{i} = load(argv[{2 + 2 * i}], bytes[{i}]);")
     base = 1 + 2 * len(low.buffers)
     for j, _ in enumerate(low.params):
         lines.append(f"  int64_t s{j} = strtoll(argv[{base + j}], 0, 10);")

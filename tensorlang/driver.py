@@ -42,7 +42,7 @@ class Module:
         self._scalars = scalars
         self._written = {i for i, a in enumerate(lowered.args)
                          if isinstance(a, Tensor) and isinstance(a.op, ComputeOp)}
-        self._checked: set[tuple] = set()
+        self._seen_sizes: set[tuple] = set()
 
     def __call__(self, *arrays) -> None:
         if self.kernel is None:
@@ -51,16 +51,13 @@ class Module:
                 "cannot run in this process; use save() (f.save('kernel.o') and "
                 "f.save('kernel.h')) and link it into a program for that machine, or run it "
                 "under emulation with tl.aot.run_emulated(f, *arrays)")
-        ptrs, values, env = self._bind(self._buffers, self._scalars, self.lowered.params,
-                                       self._written, arrays)
-        if self.lowered.violations:
-            self._check_preconditions(tuple(values))
+        ptrs, values = self._checked(arrays)
         status = self.kernel.cfunc(*ptrs, *values)
         if status != 0:
             raise MemoryError(f"{self.name}: a temporary buffer could not be allocated")
 
     def _check_preconditions(self, values: tuple) -> None:
-        if values in self._checked:
+        if values in self._seen_sizes:
             return
         names = [p.name for p in self.lowered.params]
         fix = " and ".join(f"{n} = {v}" for n, v in zip(names, values)) or "1 = 1"
@@ -68,16 +65,19 @@ class Module:
         for v in self.lowered.violations:
             if not v.where.intersect_params(point).is_empty():
                 raise BoundsError(v.message(point), v.witness(point))
-        if len(self._checked) < 1024:
-            self._checked.add(values)
+        if len(self._seen_sizes) < 1024:
+            self._seen_sizes.add(values)
 
     def check_arguments(self, arrays) -> list[int]:
         """Check `arrays` against the signature as a call does; the sizes' values."""
-        _, values, _ = self._bind(self._buffers, self._scalars, self.lowered.params,
-                                  self._written, arrays)
+        return self._checked(arrays)[1]
+
+    def _checked(self, arrays) -> tuple[list[int], list[int]]:
+        ptrs, values, _ = self._bind(self._buffers, self._scalars, self.lowered.params,
+                                     self._written, arrays)
         if self.lowered.violations:
             self._check_preconditions(tuple(values))
-        return values
+        return ptrs, values
 
     @property
     def written(self) -> set[int]:

@@ -164,12 +164,6 @@ class Target:
         """Targets whose kernels are only shown (assembly, LLVM IR), never linked."""
         return self.arch in ("amdgcn", "r600")
 
-    @property
-    def has_threads(self) -> bool:
-        """Whether parallel loops can run on threads (POSIX targets)."""
-        return "linux" in self.triple or "darwin" in self.triple or "freebsd" in self.triple \
-            or self.is_host
-
     def __str__(self) -> str:
         s = f"llvm -mtriple={self.triple} -mcpu={self.cpu}"
         return s + (f" -mattr={self.features}" if self.features else "")

@@ -210,7 +210,7 @@ class Executor:
             except ValueError as e:
                 raise GraphError(f"node {n.name} ({n.op}): {e} (input shapes "
                                  f"{', '.join(map(str, ins))})") from None
-            dtypes[n.id] = np.result_type(*[dtypes[i.id] for i in n.inputs]).name
+            dtypes[n.id] = n.dtype  # inferred when the node was made; feeds are checked
         return _Plan(self.order, shapes, dtypes, self.outputs, feeds)
 
     def run(self, feed_dict) -> list[np.ndarray]:

@@ -25,7 +25,7 @@ from ...ir.printer import expr_str
 from ...ir.stmt import Buffer, Stmt
 from ...target import Target
 from .codegen import AOT_THREADS
-from .jit import has_parallel_loop, make_module, optimise
+from .jit import has_parallel_loop, make_module, parse_and_optimise
 from .target import target_machine
 
 _RUNTIME = r"""
@@ -171,7 +171,8 @@ jdone:
 
 _RUNTIME_FUNCTIONS = ("tl_aot_threads", "tl_aot_worker", "tl_aot_launch")
 
-_C_TYPES = {"bool": "uint8_t", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t",
+# a tensor element's C type, in headers and harnesses
+C_TYPES = {"bool": "uint8_t", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t",
             "int64": "int64_t", "uint8": "uint8_t", "float16": "uint16_t /* float16 */",
             "float32": "float", "float64": "double"}
 
@@ -222,22 +223,16 @@ def compile_object(name: str, buffers: list[Buffer], params: list[Var], body: St
                              threads=AOT_THREADS if threaded else 1,
                              refuse=refusal(violations, params))
         text = str(module)
-    tm = target_machine(target, jit=False)
-    with timed("llvm optimise"):
-        try:
-            mod = llvm.parse_assembly(text)
-            mod.verify()
-        except RuntimeError as e:
-            raise TensorlangError(f"internal: invalid LLVM IR generated: {e}") from None
-        if threaded:
-            runtime = llvm.parse_assembly(_RUNTIME)
-            runtime.triple = target.triple
-            mod.link_in(runtime)
-            for fn in _RUNTIME_FUNCTIONS:
-                mod.get_function(fn).linkage = "internal"  # each object has its own copy
-        mod.triple = target.triple
-        mod.data_layout = str(tm.target_data)
-        optimise(mod, tm)
+
+    def link_runtime(mod: llvm.ModuleRef) -> None:
+        runtime = llvm.parse_assembly(_RUNTIME)
+        runtime.triple = target.triple
+        mod.link_in(runtime)
+        for fn in _RUNTIME_FUNCTIONS:
+            mod.get_function(fn).linkage = "internal"  # each object has its own copy
+
+    mod = parse_and_optimise(text, target_machine(target, jit=False),
+                             link_runtime if threaded else None)
     return ObjectCode(name, target, mod, str(mod), threaded)
 
 
@@ -283,7 +278,7 @@ def header(name: str, args, buffers: list[Buffer], params: list[Var], target: Ta
     decl = []
     for b in buffers:
         shape = ", ".join(expr_str(s) for s in b.shape)
-        decl.append(f"    {_C_TYPES[b.dtype.name]} *{b.name}  /* {b.dtype}[{shape}] */")
+        decl.append(f"    {C_TYPES[b.dtype.name]} *{b.name}  /* {b.dtype}[{shape}] */")
     for p in params:
         decl.append(f"    int64_t {p.name}")
     if not decl:

@@ -72,6 +72,21 @@ def make_module(name: str, buffers: list[Buffer], params: list[Var], body: Stmt,
     return module
 
 
+def parse_and_optimise(text: str, tm: llvm.TargetMachine, link=None) -> llvm.ModuleRef:
+    """Parse and verify generated IR, link `link(mod)` in (if given), optimise at O3."""
+    with timed("llvm optimise"):
+        try:
+            mod = llvm.parse_assembly(text)
+            mod.verify()
+        except RuntimeError as e:
+            raise TensorlangError(f"internal: invalid LLVM IR generated: {e}") from None
+        if link is not None:
+            link(mod)
+        mod.data_layout = str(tm.target_data)
+        optimise(mod, tm)
+    return mod
+
+
 def optimise(mod: llvm.ModuleRef, tm: llvm.TargetMachine) -> None:
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
     pb = llvm.create_pass_builder(tm, pto)
@@ -91,15 +106,7 @@ def compile_kernel(name: str, buffers: list[Buffer], params: list[Var], body: St
     if cached is not None:
         debug_print(1, "llvm: cache hit")
         return cached
-    tm = target_machine(target)
-    with timed("llvm optimise"):
-        try:
-            mod = llvm.parse_assembly(text)
-            mod.verify()
-        except RuntimeError as e:
-            raise TensorlangError(f"internal: invalid LLVM IR generated: {e}") from None
-        mod.data_layout = str(tm.target_data)
-        optimise(mod, tm)
+    mod = parse_and_optimise(text, target_machine(target))
     debug_print(3, "LLVM IR", str(mod))
     with timed("llvm jit"):
         engine = llvm.create_mcjit_compiler(mod, new_target_machine(target))
