@@ -25,12 +25,14 @@ def _lanes(dtype: str) -> int:
     return tl.Target.parse("llvm").vector_lanes(dtype)
 
 
-def default_schedule(out: tl.Tensor, kind: str, work: int) -> tl.Schedule:
+def default_schedule(out: tl.Tensor, kind: str, work: int, fresh=None) -> tl.Schedule:
     """Elementwise: all axes fused, split by the vector width, vectorised, and parallel when
-    large. Matmul: the reduction outside the column loop (contiguous inner reads), rows in
-    parallel. Other kinds: the first axis in parallel when the work is large."""
+    large. Matmul: register-blocked tiles (`_block_matmul`). Other kinds: the first axis in
+    parallel when the work is large. `fresh()` makes the schedule to start from (default:
+    `create_schedule(out)`); when a primitive is refused, that schedule is used as it is."""
+    fresh = fresh or (lambda: tl.create_schedule(out))
     try:
-        s = tl.create_schedule(out)
+        s = fresh()
         st = s[out]
         axes = list(st.op.axis)
         if not axes:
@@ -50,70 +52,163 @@ def default_schedule(out: tl.Tensor, kind: str, work: int) -> tl.Schedule:
             elif big:
                 st.parallel(fused)
         elif kind == "matmul":
-            (k,) = st.op.reduce_axis
-            m, n = (int(x.value) for x in out.shape[-2:])
-            lanes = _lanes(str(out.dtype))
-            if len(axes) == 2 and big and m >= 8 and n >= 2 * lanes:
-                # register blocking: 8 rows x 2 vectors of C stay in registers over k; rows
-                # of blocks in parallel (97 GFLOPS against 74 for the plain order, 128x784x256)
-                io, jo, ii, ji = st.tile(axes[0], axes[1], 8, 2 * lanes)
-                st.reorder(io, jo, k, ii, ji)
-                jio, jii = st.split(ji, factor=lanes)
-                st.unroll(ii)
-                st.unroll(jio)
-                st.vectorize(jii)
-                st.parallel(io)
-            else:
-                st.reorder(*axes[:-1], k, axes[-1])
-                if big and len(axes) >= 2:
-                    st.parallel(axes[-2] if len(axes) == 2 else axes[0])
+            _block_matmul(s, out, big)
+            return s
         elif big and int(out.shape[0].value) > 1:
             st.parallel(axes[0])
         return s
     except ScheduleError:
-        return tl.create_schedule(out)
+        return fresh()
+
+
+def _block_matmul(s: tl.Schedule, out: tl.Tensor, parallel: bool) -> None:
+    """Register-blocked matmul: each (mr x nr) tile of the output accumulates in a local
+    buffer (cache_write at the tile) over the whole reduction, with the k loop outside the
+    unrolled rows and vector columns, so the accumulators stay in registers. Batch axes stay
+    outermost; the first of them (or the row tiles) runs in parallel."""
+    m, n = (int(x.value) for x in out.shape[-2:])
+    lanes = _lanes(str(out.dtype))
+    nv = min(4, -(-n // lanes))                 # vectors per tile row
+    mr = min(m, 4 if nv >= 3 else 8)            # at most 16 accumulator registers
+    local = s.cache_write(out, "local")
+    st = s[out]
+    axes = list(st.op.axis)                     # of the copy-out stage cache_write made
+    nb = len(axes) - 2
+    io, jo, ii, ji = st.tile(axes[-2], axes[-1], mr, nv * lanes)
+    jio, jii = st.split(ji, factor=lanes)
+    st.vectorize(jii)
+    s[local].compute_at(st, jo)
+    lt = s[local]
+    *lb, li, lj = lt.op.axis
+    (lk,) = lt.op.reduce_axis
+    ljo, lji = lt.split(lj, factor=lanes)
+    lt.reorder(*lb, lk, li, ljo, lji)
+    lt.unroll(li)
+    lt.unroll(ljo)
+    lt.vectorize(lji)
+    if parallel:
+        batch = next((a for a, e in zip(axes[:nb], out.shape[:nb]) if int(e.value) > 1), None)
+        st.parallel(batch if batch is not None else io)
+
+
+def _kind(op: str, attrs: tuple, shapes: tuple, dtypes: tuple) -> str:
+    """The schedule kind of one op for concrete inputs (its TE definition says it)."""
+    ins = [tl.placeholder(s, d, name=f"in{k}") for k, (s, d) in enumerate(zip(shapes, dtypes))]
+    kw = dict(attrs)
+    return OPS[op].te(ins, list(shapes), tuple(OPS[op].shape(*shapes, **kw)), **kw)[1]
+
+
+def _work(out_shape: tuple, shapes: tuple) -> int:
+    size = int(np.prod(out_shape or (1,)))
+    return size * max([int(np.prod(s)) // max(size, 1) for s in shapes] + [1])
 
 
 def compile_op(op: str, attrs: tuple, shapes: tuple, dtypes: tuple):
     """The kernel of one op for concrete input shapes and dtypes, and the inputs it reads
     (cached)."""
-    key = (op, attrs, shapes, dtypes)
+    return compile_group(((op, attrs, tuple(("in", k) for k in range(len(shapes)))),),
+                         shapes, dtypes)
+
+
+def compile_group(members: tuple, shapes: tuple, dtypes: tuple):
+    """The kernel of a fused group for concrete input shapes and dtypes, and the inputs it
+    reads (cached).
+
+    `members` lists (op, attrs, operands) in topological order, the last being the group's
+    output; an operand is ("in", k) for the group's input k or ("node", j) for member j.
+    Every member but the last is elementwise and is computed inline in its reader.
+    """
+    key = (members, shapes, dtypes)
     hit = _KERNELS.get(key)
     if hit is not None:
         return hit
     ins = [tl.placeholder(s, d, name=f"in{k}") for k, (s, d) in enumerate(zip(shapes, dtypes))]
-    d = OPS[op]
-    kw = dict(attrs)
-    out_shape = tuple(d.shape(*shapes, **kw))
-    out, kind = d.te(ins, list(shapes), out_shape, **kw)
-    work = int(np.prod(out_shape or (1,))) * max(
-        [int(np.prod(s)) // max(int(np.prod(out_shape or (1,))), 1) for s in shapes] + [1])
-    s = default_schedule(out, kind, work)
+    tensors, tshapes, kind = [], [], None
+    for op, attrs, operands in members:
+        kw = dict(attrs)
+        args = [ins[k] if src == "in" else tensors[k] for src, k in operands]
+        arg_shapes = [shapes[k] if src == "in" else tshapes[k] for src, k in operands]
+        out_shape = tuple(OPS[op].shape(*arg_shapes, **kw))
+        t, kind = OPS[op].te(args, arg_shapes, out_shape, **kw)
+        tensors.append(t)
+        tshapes.append(out_shape)
+    out = tensors[-1]
+
+    def fresh():
+        s = tl.create_schedule(out)
+        for t in tensors[:-1]:
+            for st in list(s.stages):
+                if st.op is t.op:
+                    st.compute_inline()
+        return s
+    s = default_schedule(out, kind, _work(tshapes[-1], shapes), fresh)
     read = {id(t.op) for t in s.placeholders}
     used = tuple(k for k, t in enumerate(ins) if id(t.op) in read)  # "like" inputs: shape only
-    mod = tl.build(s, [*(ins[k] for k in used), out], name=f"graph_{op}")
+    name = "graph_" + "_".join(dict.fromkeys(m[0] for m in members))[:48]
+    mod = tl.build(s, [*(ins[k] for k in used), out], name=name)
     _KERNELS[key] = (mod, used)
     return mod, used
 
 
 @dataclass
 class _Step:
-    node: Node
+    nodes: list[Node]     # the fused group; the last one's value is stored
     kernel: tl.Module
     inputs: list[int]     # slots
     output: int           # slot
     pointers: list[int] | None = None   # of the plan's arrays, checked once
 
+    @property
+    def node(self) -> Node:
+        return self.nodes[-1]
+
+
+def _groups(order, shapes, dtypes, outputs) -> list[list[Node]]:
+    """Nodes in fused groups, in an order that runs each group after its inputs' groups.
+
+    An elementwise node joins the group of its only reader when that reader is elementwise
+    too, reads it once and has the same shape (so nothing is computed twice), and the node
+    is not an output. The group then runs as one kernel, the other members inlined."""
+    readers: dict[int, list[Node]] = {}
+    for n in order:
+        for i in dict.fromkeys(n.inputs):
+            readers.setdefault(i.id, []).append(n)
+    kinds = {}
+    for n in order:
+        if n.op not in ("variable", "constant"):
+            kinds[n.id] = _kind(n.op, n.attrs, tuple(shapes[i.id] for i in n.inputs),
+                                tuple(dtypes[i.id] for i in n.inputs))
+    keep = {o.id for o in outputs}
+    into: dict[int, int] = {}      # node id -> the id of the node whose group it joins
+    for n in order:
+        rs = readers.get(n.id, [])
+        if (kinds.get(n.id) == "elementwise" and n.id not in keep and len(rs) == 1
+                and kinds.get(rs[0].id) == "elementwise"
+                and sum(i is n for i in rs[0].inputs) == 1
+                and shapes[rs[0].id] == shapes[n.id]):
+            into[n.id] = rs[0].id
+
+    def root(i: int) -> int:
+        while i in into:
+            i = into[i]
+        return i
+    members: dict[int, list[Node]] = {}
+    for n in order:
+        if n.op not in ("variable", "constant"):
+            members.setdefault(root(n.id), []).append(n)
+    return [members[n.id] for n in order if n.id in members]
+
 
 class _Plan:
-    def __init__(self, order, shapes, dtypes, outputs, feeds):
+    def __init__(self, order, shapes, dtypes, outputs):
         self.steps: list[_Step] = []
         self.slot_of: dict[int, int] = {}
         self.arrays: list[np.ndarray] = []
+        groups = _groups(order, shapes, dtypes, outputs)
         uses: dict[int, int] = {}
-        for n in order:
-            for i in {x.id for x in n.inputs}:
-                uses[i] = uses.get(i, 0) + 1
+        for g in groups:
+            for i in self._inputs(g):
+                uses[i.id] = uses.get(i.id, 0) + 1
         keep = {o.id for o in outputs}
         free: dict[tuple, list[int]] = {}
         for n in order:
@@ -121,27 +216,46 @@ class _Plan:
                 self.slot_of[n.id] = self._new(shapes[n.id], dtypes[n.id])
                 if n.op == "constant":
                     self.arrays[self.slot_of[n.id]][...] = n.attr("value").array
-                continue
+        for g in groups:
+            n = g[-1]
             key = (shapes[n.id], dtypes[n.id])
             pool = free.get(key)
             slot = pool.pop() if pool else self._new(*key)
             self.slot_of[n.id] = slot
+            ins = self._inputs(g)
+            local = {m.id: j for j, m in enumerate(g)}
+            pos = {i.id: k for k, i in enumerate(ins)}
+            members = tuple((m.op, m.attrs, tuple(("node", local[i.id]) if i.id in local
+                                                  else ("in", pos[i.id]) for i in m.inputs))
+                            for m in g)
             try:
-                kernel, used = compile_op(n.op, n.attrs, tuple(shapes[i.id] for i in n.inputs),
-                                          tuple(dtypes[i.id] for i in n.inputs))
+                kernel, used = compile_group(members, tuple(shapes[i.id] for i in ins),
+                                             tuple(dtypes[i.id] for i in ins))
             except tl.TensorlangError as e:
                 raise GraphError(f"node {n.name} ({n.op}): cannot compile: {e}") from e
-            step = _Step(n, kernel, [self.slot_of[n.inputs[k].id] for k in used], slot)
+            step = _Step(g, kernel, [self.slot_of[ins[k].id] for k in used], slot)
             arrays = [self.arrays[i] for i in step.inputs] + [self.arrays[slot]]
             kernel.check_arguments(arrays)      # once: the plan's arrays never change
             if not kernel.lowered.params:       # every size is a constant in the kernel
                 step.pointers = [a.ctypes.data for a in arrays]
             self.steps.append(step)
-            for i in {x.id: x for x in n.inputs}.values():
+            for i in ins:
                 uses[i.id] -= 1
                 if uses[i.id] == 0 and i.id not in keep and i.op not in ("variable", "constant"):
-                    k = (shapes[i.id], dtypes[i.id])
-                    free.setdefault(k, []).append(self.slot_of[i.id])
+                    free.setdefault((shapes[i.id], dtypes[i.id]), []).append(self.slot_of[i.id])
+        # per run, fed arrays and fresh output arrays take the place of their slots
+        self.fed = [n.id for n in order if n.op == "variable"]
+        outs = list(dict.fromkeys(o.id for o in outputs if o.op not in ("variable", "constant")))
+        self.fresh = [(self.slot_of[i], shapes[i], dtypes[i]) for i in outs]
+        swapped = {self.slot_of[i] for i in self.fed} | {slot for slot, _, _ in self.fresh}
+        self.patches = [(k, j, slot) for k, st in enumerate(self.steps) if st.pointers
+                        for j, slot in enumerate(st.inputs + [st.output]) if slot in swapped]
+
+    @staticmethod
+    def _inputs(group: list[Node]) -> list[Node]:
+        """The nodes a group reads from outside, in first-use order."""
+        inside = {m.id for m in group}
+        return list({i.id: i for m in group for i in m.inputs if i.id not in inside}.values())
 
     def _new(self, shape, dtype) -> int:
         self.arrays.append(np.zeros(shape, dtype))
@@ -211,7 +325,7 @@ class Executor:
                 raise GraphError(f"node {n.name} ({n.op}): {e} (input shapes "
                                  f"{', '.join(map(str, ins))})") from None
             dtypes[n.id] = n.dtype  # inferred when the node was made; feeds are checked
-        return _Plan(self.order, shapes, dtypes, self.outputs, feeds)
+        return _Plan(self.order, shapes, dtypes, self.outputs)
 
     def run(self, feed_dict) -> list[np.ndarray]:
         feeds = self._feeds(feed_dict)
@@ -219,13 +333,24 @@ class Executor:
         plan = self._plans.get(sig)
         if plan is None:
             plan = self._plans[sig] = self._plan(feeds)
-        arrays = plan.arrays
-        for var in self.variables:
-            arrays[plan.slot_of[var.id]][...] = feeds[var.id]
-        for st in plan.steps:
+        arrays = list(plan.arrays)
+        for i in plan.fed:
+            arrays[plan.slot_of[i]] = feeds[i]
+        for slot, shape, dtype in plan.fresh:
+            arrays[slot] = np.empty(shape, dtype)
+        steps = plan.steps
+        for k, j, slot in plan.patches:
+            steps[k].pointers[j] = arrays[slot].ctypes.data
+        for st in steps:
             if st.pointers is None:
                 st.kernel(*[arrays[i] for i in st.inputs], arrays[st.output])
             elif st.kernel.kernel.cfunc(*st.pointers) != 0:
                 raise MemoryError(f"node {st.node.name}: a temporary buffer could not be "
                                   "allocated")
-        return [arrays[plan.slot_of[o.id]].copy() for o in self.outputs]
+        out, seen = [], set()
+        for o in self.outputs:
+            a = arrays[plan.slot_of[o.id]]
+            fresh = o.op not in ("variable", "constant") and o.id not in seen
+            out.append(a if fresh else a.copy())   # fed arrays and repeats are copied
+            seen.add(o.id)
+        return out

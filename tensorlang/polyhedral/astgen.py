@@ -8,7 +8,7 @@ b = 1). Constant dimensions produce no loops.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import islpy as isl
 
@@ -110,8 +110,34 @@ def timed_statements(entries) -> list[TimedStatement]:
     for e in entries:
         path = e.padded(width)
         time = e.lmap.apply_range(_interleave(path, len(e.loops)))
-        out.append(TimedStatement(e.stmt, time, e.loops))
+        out.append(TimedStatement(e.stmt, time, _placed_bounds(time, e.stmt, e.loops)))
     return out
+
+
+def _placed_bounds(time: isl.Map, stmt: Statement, loops: tuple[Loop, ...]) -> tuple[Loop, ...]:
+    """Vector and unrolled loops with the trip-count bound of the placed statement.
+
+    A stage's own state bounds its loops over its whole domain; placed under a compute_at
+    prefix, a loop may run fewer times (an `i` loop of 127 inside tiles of 4 runs at most 4),
+    and the full vector/unrolled case is taken only when the extent equals this bound.
+    """
+    img = None
+    out = list(loops)
+    for li, lp in enumerate(loops):
+        if lp.kind not in (LoopKind.VECTORIZED, LoopKind.UNROLLED) or lp.max_extent is None:
+            continue
+        if img is None:
+            img = time.intersect_domain(stmt.domain).range()
+        k = 2 + 2 * li
+        r = img.project_out(isl.dim_type.set, k + 1, img.dim(isl.dim_type.set) - k - 1)
+        n = r.dim(isl.dim_type.param)
+        r = r.move_dims(isl.dim_type.param, n, isl.dim_type.set, 0, k)
+        if r.is_empty():
+            continue
+        v = r.dim_max(0).sub(r.dim_min(0)).max_val()
+        if v.is_int() and v.to_python() + 1 < lp.max_extent:
+            out[li] = replace(lp, max_extent=v.to_python() + 1)
+    return tuple(out)
 
 
 # -------------------------------------------------------------------------- AST -> IR

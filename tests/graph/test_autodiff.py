@@ -118,18 +118,37 @@ def test_a_cycle_is_refused_naming_the_node():
 
 def test_plans_are_cached_per_signature_and_buffers_reused():
     x = G.Variable("x")
-    y = G.sin(G.sin(G.sin(G.sin(x)))) + 1.0
+    a = G.sin(x)
+    c = G.sin(a * a)            # read twice: a and a * a are not fused into their readers
+    y = c * c + 1.0
     ex = G.Executor([y])
     ex.run({x: np.zeros(64, "float32")})
     ex.run({x: np.ones(64, "float32")})
     assert len(ex._plans) == 1
     plan = next(iter(ex._plans.values()))
-    # 5 computed nodes in a chain: two buffers alternate, plus the input and the constant
+    # kernels sin, mul+sin, mul+add: two buffers alternate, plus the input and the constant
+    assert [[n.op for n in st.nodes] for st in plan.steps] == [
+        ["sin"], ["mul", "sin"], ["mul", "add"]]
     assert len(plan.arrays) == 4
     (v,) = ex.run({x: np.ones(10, "float32")})
     assert len(ex._plans) == 2 and v.shape == (10,)
-    np.testing.assert_allclose(v, np.sin(np.sin(np.sin(np.sin(1.0)))) + 1, rtol=1e-6)
+    np.testing.assert_allclose(v, np.sin(np.sin(1.0) ** 2) ** 2 + 1, rtol=1e-6)
     assert executor._KERNELS   # every op ran as a compiled tensorlang kernel
+
+
+def test_elementwise_chains_run_as_one_kernel():
+    x = G.Variable("x", dtype="float64")
+    b = G.Variable("b", dtype="float64")
+    y = G.sin(G.exp(G.sin(x)) * 2.0 - b)     # b broadcasts (1, 5) -> (3, 5)
+    ex = G.Executor([y])
+    xv = np.random.default_rng(1).standard_normal((3, 5))
+    bv = np.arange(5.0).reshape(1, 5)
+    (v,) = ex.run({x: xv, b: bv})
+    np.testing.assert_allclose(v, np.sin(np.exp(np.sin(xv)) * 2.0 - bv), rtol=1e-12)
+    (plan,) = ex._plans.values()
+    assert [[n.op for n in st.nodes] for st in plan.steps] == [["sin", "exp", "mul", "sub",
+                                                                 "sin"]]
+    assert "exp" in str(plan.steps[0].kernel.lowered)
 
 
 def test_results_are_not_overwritten_by_later_runs():

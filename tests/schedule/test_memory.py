@@ -329,6 +329,31 @@ def test_matmul_cache_write_compute_at_and_cache_read(shape):
     assert str(tl.lower(s2, [A2, B2, C2])) == str(tl.lower(s, [A, B, C]))
 
 
+@pytest.mark.parametrize("n", [127, 128])
+def test_unrolled_loops_under_compute_at_take_the_tile_bound(n):
+    """An unrolled row loop of the local tile runs at most 4 times under its tile, not n:
+    the full-tile case (unrolled, vector) is the one taken, and the tail still computes."""
+    A, B, C = matmul(n, 40, 9)
+    s = tl.create_schedule(C)
+    CC = s.cache_write(C, "local")
+    io, jo, ii, ji = s[C].tile(*s[C].op.axis, 4, 16)
+    s[CC].compute_at(s[C], jo)
+    ci, cj = s[CC].op.axis
+    (ck,) = s[CC].op.reduce_axis
+    s[CC].reorder(ck, ci, cj)
+    s[CC].unroll(ci)
+    s[CC].vectorize(cj)
+    text = str(tl.lower(s, [A, B, C]))
+    assert "range(i_outer * 4, i_outer * 4 + 4):  # unrolled" in text
+    assert f"i_outer * 4 + {n}" not in text
+    f = tl.build(s, [A, B, C])
+    rng = np.random.default_rng(n)
+    a, b = rng.random((n, 9), dtype=np.float32), rng.random((9, 40), dtype=np.float32)
+    c = np.zeros((n, 40), np.float32)
+    f(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5)
+
+
 def test_cache_misuse():
     A, B, C = matmul(8, 8, 8)
     s = tl.create_schedule(C)

@@ -1,0 +1,144 @@
+"""The executor's kernels: register-blocked matmuls on sizes that do and do not divide the
+tiles, fused elementwise groups against numpy on random chains, and how runs hand arrays
+in and out."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tensorlang.graph as G
+from tensorlang.graph import executor
+
+R = np.random.default_rng(11)
+
+
+def _run_matmul(sa, sb, ta=False, tb=False, dtype="float32"):
+    a = G.Variable("a", sa, dtype)
+    b = G.Variable("b", sb, dtype)
+    av, bv = R.standard_normal(sa).astype(dtype), R.standard_normal(sb).astype(dtype)
+    (got,) = G.Executor([G.make("matmul", (a, b), ta=ta, tb=tb)]).run({a: av, b: bv})
+    want = np.matmul(np.swapaxes(av, -1, -2) if ta else av, np.swapaxes(bv, -1, -2) if tb else bv)
+    return got, want
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (1, 7, 1), (5, 3, 17), (13, 1, 31), (8, 64, 64),
+                                   (37, 29, 97), (127, 61, 253), (128, 784, 256)])
+def test_matmul_tiles_with_and_without_tails(m, k, n):
+    got, want = _run_matmul((m, k), (k, n))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("ta,tb", [(True, False), (False, True), (True, True)])
+def test_matmul_transposed_operands(ta, tb):
+    m, k, n = 67, 41, 83
+    got, want = _run_matmul((k, m) if ta else (m, k), (n, k) if tb else (k, n), ta, tb)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("sa,sb", [((3, 19, 23), (23, 40)), ((2, 1, 9, 33), (5, 33, 17)),
+                                   ((1, 70, 70), (4, 70, 70))])
+def test_batched_matmul_with_broadcast_batches(sa, sb):
+    got, want = _run_matmul(sa, sb)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_float64():
+    got, want = _run_matmul((45, 33), (33, 71), dtype="float64")
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_matmul_kernel_on_integers(dtype):
+    # graph Variables are floating point; the op's kernel itself takes any dtype
+    mod, used = executor.compile_op("matmul", (("ta", False), ("tb", False)),
+                                    ((45, 33), (33, 71)), (dtype, dtype))
+    a, b = R.integers(-9, 9, (45, 33)).astype(dtype), R.integers(-9, 9, (33, 71)).astype(dtype)
+    c = np.zeros((45, 71), dtype)
+    mod(a, b, c)
+    np.testing.assert_array_equal(c, a @ b)
+
+
+def test_large_matmul_is_register_blocked():
+    mod, _ = executor.compile_op("matmul", (("ta", False), ("tb", False)),
+                                 ((128, 784), (784, 256)), ("float32", "float32"))
+    text = str(mod.lowered)
+    assert "out_local = allocate(float32, [4, 64], 'local')" in text
+    assert "# parallel" in text and "# vectorized" in text and "# unrolled" in text
+
+
+# ------------------------------------------------------------ fused elementwise groups
+UNARY = {"neg": (G.neg, np.negative), "exp": (G.exp, np.exp), "sin": (G.sin, np.sin),
+         "tanh": (G.tanh, np.tanh), "relu": (G.relu, lambda v: np.maximum(v, 0)),
+         "sigmoid": (G.sigmoid, lambda v: 1 / (1 + np.exp(-v)))}
+BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply}
+SHAPES = [(1,), (5,), (3, 1), (1, 5), (3, 5), (2, 1, 1), (2, 3, 5)]   # all broadcast together
+
+
+@st.composite
+def chains(draw):
+    """A random DAG of elementwise ops over three inputs of broadcastable shapes; some
+    intermediate values are read twice or are outputs, which limits fusion."""
+    shapes = [draw(st.sampled_from(SHAPES)) for _ in range(3)]
+    steps = []
+    for _ in range(draw(st.integers(1, 8))):
+        if draw(st.booleans()):
+            steps.append(("u", draw(st.sampled_from(sorted(UNARY))), draw(st.integers(0, 20))))
+        else:
+            steps.append(("b", draw(st.sampled_from(sorted(BINARY))), draw(st.integers(0, 20)),
+                          draw(st.integers(0, 20))))
+    outs = draw(st.lists(st.integers(0, 20), min_size=1, max_size=3))
+    return shapes, steps, outs
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chains())
+def test_fused_elementwise_groups_match_numpy(case):
+    shapes, steps, outs = case
+    xs = [G.Variable(f"x{k}", s, "float64") for k, s in enumerate(shapes)]
+    vals = [R.uniform(-1.5, 1.5, s) for s in shapes]
+    nodes, refs = list(xs), list(vals)
+    for stp in steps:
+        if stp[0] == "u":
+            fn, ref = UNARY[stp[1]]
+            a = stp[2] % len(nodes)
+            nodes.append(fn(nodes[a]))
+            refs.append(ref(refs[a]))
+        else:
+            a, b = stp[2] % len(nodes), stp[3] % len(nodes)
+            nodes.append({"add": G.add, "sub": G.sub, "mul": G.mul}[stp[1]](nodes[a], nodes[b]))
+            refs.append(BINARY[stp[1]](refs[a], refs[b]))
+    picks = [o % len(nodes) for o in outs]
+    ex = G.Executor([nodes[p] for p in picks])
+    got = ex.run(dict(zip(xs, vals)))
+    for g, p in zip(got, picks):
+        np.testing.assert_allclose(g, refs[p], rtol=1e-12, atol=1e-12)
+    # each output is its own array, never a fed one, even when an output repeats
+    assert len({id(g) for g in got}) == len(got)
+    assert not any(g is v for g in got for v in vals)
+
+
+# ------------------------------------------------------------ arrays in and out
+def test_runs_read_feeds_in_place_and_return_fresh_outputs():
+    x = G.Variable("x", (4,))
+    y = G.exp(x)
+    ex = G.Executor([y, x, y])
+    xv = np.arange(4, dtype="float32")
+    keep = xv.copy()
+    a, xo, a2 = ex.run({x: xv})
+    np.testing.assert_array_equal(xv, keep)            # feeds are only read
+    assert xo is not xv and np.array_equal(xo, xv)     # a Variable output is a copy
+    assert a is not a2 and np.array_equal(a, a2)
+    b, _, _ = ex.run({x: xv + 1})
+    np.testing.assert_allclose(a, np.exp(keep), rtol=1e-6)   # earlier results stay
+    np.testing.assert_allclose(b, np.exp(keep + 1), rtol=1e-6)
+
+
+def test_non_contiguous_feeds_are_accepted():
+    x = G.Variable("x", (3, 4), "float64")
+    base = np.arange(24.0).reshape(4, 6)
+    view = base.T[::2, :4]                       # strided: the executor makes it contiguous
+    assert not view.flags.c_contiguous
+    (got,) = G.Executor([x * 2.0]).run({x: view})
+    np.testing.assert_array_equal(got, view * 2.0)
