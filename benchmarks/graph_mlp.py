@@ -2,7 +2,9 @@
 tensorlang's graph executor against a hand-written numpy step and torch on the CPU.
 
 All three compute the same step: forward, backward and W <- W - lr * dL/dW, in float32.
-Usage: python benchmarks/graph_mlp.py [--steps 50]
+Each system is timed in several rounds, taken in turn (the machine is shared and noisy);
+a round reports the median step time, and the figure is the median over rounds.
+Usage: python benchmarks/graph_mlp.py [--steps 50] [--rounds 5]
 """
 
 import argparse
@@ -45,7 +47,9 @@ def numpy_step(x, y, w1, w2):
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=50)
-    steps = p.parse_args().steps
+    p.add_argument("--rounds", type=int, default=5)
+    opts = p.parse_args()
+    steps = opts.steps
     rng = np.random.default_rng(0)
     xv = rng.standard_normal((B, N_IN)).astype("float32")
     yv = np.eye(N_OUT, dtype="float32")[rng.integers(0, N_OUT, B)]
@@ -65,8 +69,8 @@ def main() -> None:
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=2e-3, atol=2e-5)
 
-    rows = [("tensorlang", median_ms(lambda: ex.run(feed), steps)),
-            ("numpy", median_ms(lambda: numpy_step(xv, yv, w1v, w2v), steps))]
+    systems = [("tensorlang", lambda: ex.run(feed)),
+               ("numpy", lambda: numpy_step(xv, yv, w1v, w2v))]
     try:
         import torch
 
@@ -79,13 +83,25 @@ def main() -> None:
             d1, d2 = torch.autograd.grad(out, [tw1, tw2])
             with torch.no_grad():
                 return out, tw1 - LR * d1, tw2 - LR * d2
-        rows.append((f"torch {torch.__version__} (CPU)", median_ms(torch_step, steps)))
+        systems.append((f"torch {torch.__version__} (CPU)", torch_step))
     except ImportError:
-        rows.append(("torch", float("nan")))
-    print(f"one SGD step, MLP {N_IN}-{H}-{N_OUT}, batch {B}, float32 "
-          f"(tensorlang first run incl. compiling {len(ex.order)} nodes: {compile_s:.2f} s)")
+        systems.append(("torch", None))
+    runs: dict[str, list[float]] = {name: [] for name, _ in systems}
+    for _ in range(opts.rounds):
+        for name, fn in systems:
+            if fn is not None:
+                runs[name].append(median_ms(fn, steps))
+    rows = [(name, statistics.median(runs[name]) if runs[name] else float("nan"))
+            for name, _ in systems]
+    (plan,) = ex._plans.values()
+    print(f"one SGD step, MLP {N_IN}-{H}-{N_OUT}, batch {B}, float32 (tensorlang: "
+          f"{len(ex.order)} nodes in {len(plan.steps)} kernels, first run incl. compiling "
+          f"{compile_s:.2f} s); median of {opts.rounds} rounds of {steps} steps")
     for name, ms in rows:
-        print(f"  {name:28} {ms:8.2f} ms" + ("   (not installed)" if ms != ms else ""))
+        lo, hi = (min(runs[name]), max(runs[name])) if runs[name] else (ms, ms)
+        print(f"  {name:28} {ms:8.2f} ms   (rounds {lo:.2f} to {hi:.2f})"
+              + ("   (not installed)" if ms != ms else ""))
+    print(f"  tensorlang / numpy = {rows[0][1] / rows[1][1]:.2f}")
 
 
 if __name__ == "__main__":

@@ -25,11 +25,13 @@ def _lanes(dtype: str) -> int:
     return tl.Target.parse("llvm").vector_lanes(dtype)
 
 
-def default_schedule(out: tl.Tensor, kind: str, work: int, fresh=None) -> tl.Schedule:
+def default_schedule(out: tl.Tensor, kind: str, work: int, fresh=None,
+                     anchor: tl.Tensor | None = None) -> tl.Schedule:
     """Elementwise: all axes fused, split by the vector width, vectorised, and parallel when
     large. Matmul: register-blocked tiles (`_block_matmul`). Other kinds: the first axis in
     parallel when the work is large. `fresh()` makes the schedule to start from (default:
-    `create_schedule(out)`); when a primitive is refused, that schedule is used as it is."""
+    `create_schedule(out)`); when a primitive is refused, that schedule is used as it is.
+    `anchor` is the matmul whose elementwise epilogue `out` is (kind "matmul")."""
     fresh = fresh or (lambda: tl.create_schedule(out))
     try:
         s = fresh()
@@ -52,7 +54,7 @@ def default_schedule(out: tl.Tensor, kind: str, work: int, fresh=None) -> tl.Sch
             elif big:
                 st.parallel(fused)
         elif kind == "matmul":
-            _block_matmul(s, out, big)
+            _block_matmul(s, anchor if anchor is not None else out, out, big)
             return s
         elif big and int(out.shape[0].value) > 1:
             st.parallel(axes[0])
@@ -61,18 +63,24 @@ def default_schedule(out: tl.Tensor, kind: str, work: int, fresh=None) -> tl.Sch
         return fresh()
 
 
-def _block_matmul(s: tl.Schedule, out: tl.Tensor, parallel: bool) -> None:
+def _block_matmul(s: tl.Schedule, mm: tl.Tensor, out: tl.Tensor, parallel: bool) -> None:
     """Register-blocked matmul: each (mr x nr) tile of the output accumulates in a local
     buffer (cache_write at the tile) over the whole reduction, with the k loop outside the
     unrolled rows and vector columns, so the accumulators stay in registers. Batch axes stay
-    outermost; the first of them (or the row tiles) runs in parallel."""
-    m, n = (int(x.value) for x in out.shape[-2:])
-    lanes = _lanes(str(out.dtype))
+    outermost; the first of them (or the row tiles) runs in parallel.
+
+    When `out` is an elementwise epilogue of the matmul `mm` (same shape, already inlined
+    down to its read of `mm`), the copy-out stage of cache_write is inlined into it: each
+    tile goes from the accumulators through the epilogue to memory once."""
+    m, n = (int(x.value) for x in mm.shape[-2:])
+    lanes = _lanes(str(mm.dtype))
     nv = min(4, -(-n // lanes))                 # vectors per tile row
     mr = min(m, 4 if nv >= 3 else 8)            # at most 16 accumulator registers
-    local = s.cache_write(out, "local")
+    local = s.cache_write(mm, "local")
+    if mm is not out:
+        s[mm].compute_inline()                  # the copy-out stage: out reads the tile
     st = s[out]
-    axes = list(st.op.axis)                     # of the copy-out stage cache_write made
+    axes = list(st.op.axis)
     nb = len(axes) - 2
     io, jo, ii, ji = st.tile(axes[-2], axes[-1], mr, nv * lanes)
     jio, jii = st.split(ji, factor=lanes)
@@ -123,7 +131,7 @@ def compile_group(members: tuple, shapes: tuple, dtypes: tuple):
     if hit is not None:
         return hit
     ins = [tl.placeholder(s, d, name=f"in{k}") for k, (s, d) in enumerate(zip(shapes, dtypes))]
-    tensors, tshapes, kind = [], [], None
+    tensors, tshapes, kinds = [], [], []
     for op, attrs, operands in members:
         kw = dict(attrs)
         args = [ins[k] if src == "in" else tensors[k] for src, k in operands]
@@ -132,16 +140,24 @@ def compile_group(members: tuple, shapes: tuple, dtypes: tuple):
         t, kind = OPS[op].te(args, arg_shapes, out_shape, **kw)
         tensors.append(t)
         tshapes.append(out_shape)
+        kinds.append(kind)
     out = tensors[-1]
+    anchor = next((t for t, k in zip(tensors[:-1], kinds) if k == "matmul"), None)
 
     def fresh():
         s = tl.create_schedule(out)
         for t in tensors[:-1]:
+            if t is anchor:
+                continue
             for st in list(s.stages):
                 if st.op is t.op:
                     st.compute_inline()
         return s
-    s = default_schedule(out, kind, _work(tshapes[-1], shapes), fresh)
+    work = _work(tshapes[-1], shapes)
+    if anchor is not None:
+        work = max(work, _work(tshapes[-1], [sh for sh, k in zip(tshapes, kinds)
+                                             if k == "matmul"] + list(shapes)))
+    s = default_schedule(out, "matmul" if anchor is not None else kinds[-1], work, fresh, anchor)
     read = {id(t.op) for t in s.placeholders}
     used = tuple(k for k, t in enumerate(ins) if id(t.op) in read)  # "like" inputs: shape only
     name = "graph_" + "_".join(dict.fromkeys(m[0] for m in members))[:48]
@@ -163,12 +179,21 @@ class _Step:
         return self.nodes[-1]
 
 
+def _joins(n: Node, readers: list[Node], kinds, shapes, keep) -> bool:
+    """Whether n can be computed inside the kernel of its only reader: the reader is
+    elementwise, reads n once, has n's shape (nothing is computed twice), and n is not an
+    output."""
+    return (n.id not in keep and len(readers) == 1 and kinds.get(readers[0].id) == "elementwise"
+            and sum(i is n for i in readers[0].inputs) == 1
+            and shapes[readers[0].id] == shapes[n.id])
+
+
 def _groups(order, shapes, dtypes, outputs) -> list[list[Node]]:
     """Nodes in fused groups, in an order that runs each group after its inputs' groups.
 
-    An elementwise node joins the group of its only reader when that reader is elementwise
-    too, reads it once and has the same shape (so nothing is computed twice), and the node
-    is not an output. The group then runs as one kernel, the other members inlined."""
+    An elementwise node joins the group of its only reader when `_joins` allows; the group
+    runs as one kernel, its other members inlined. A matmul joins the same way, as the head
+    of a group whose elementwise rest is its epilogue (one matmul per group)."""
     readers: dict[int, list[Node]] = {}
     for n in order:
         for i in dict.fromkeys(n.inputs):
@@ -182,16 +207,21 @@ def _groups(order, shapes, dtypes, outputs) -> list[list[Node]]:
     into: dict[int, int] = {}      # node id -> the id of the node whose group it joins
     for n in order:
         rs = readers.get(n.id, [])
-        if (kinds.get(n.id) == "elementwise" and n.id not in keep and len(rs) == 1
-                and kinds.get(rs[0].id) == "elementwise"
-                and sum(i is n for i in rs[0].inputs) == 1
-                and shapes[rs[0].id] == shapes[n.id]):
+        if (kinds.get(n.id) == "elementwise" and _joins(n, rs, kinds, shapes, keep)):
             into[n.id] = rs[0].id
 
     def root(i: int) -> int:
         while i in into:
             i = into[i]
         return i
+    anchored = set()               # a matmul heads at most one group, as its epilogue
+    for n in order:
+        rs = readers.get(n.id, [])
+        if kinds.get(n.id) == "matmul" and _joins(n, rs, kinds, shapes, keep):
+            r = root(rs[0].id)
+            if r not in anchored:
+                anchored.add(r)
+                into[n.id] = rs[0].id
     members: dict[int, list[Node]] = {}
     for n in order:
         if n.op not in ("variable", "constant"):

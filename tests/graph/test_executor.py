@@ -142,3 +142,49 @@ def test_non_contiguous_feeds_are_accepted():
     assert not view.flags.c_contiguous
     (got,) = G.Executor([x * 2.0]).run({x: view})
     np.testing.assert_array_equal(got, view * 2.0)
+
+
+# ------------------------------------------------------------ matmul epilogues
+@pytest.mark.parametrize("sa,sb,tb", [((37, 29), (29, 97), False), ((128, 64), (64, 256), False),
+                                      ((5, 70, 33), (33, 17), False), ((67, 41), (83, 41), True)])
+def test_matmul_epilogue_fused(sa, sb, tb):
+    a, b = G.Variable("a", sa, "float64"), G.Variable("b", sb, "float64")
+    h = G.Variable("h", sa[:-1] + (sb[-2] if tb else sb[-1],), "float64")
+    av, bv = R.standard_normal(sa), R.standard_normal(sb)
+    hv = R.standard_normal(h.shape)
+    y = h - 0.5 * G.tanh(G.make("matmul", (a, b), ta=False, tb=tb))
+    ex = G.Executor([y])
+    (got,) = ex.run({a: av, b: bv, h: hv})
+    np.testing.assert_allclose(got, hv - 0.5 * np.tanh(av @ (bv.T if tb else bv)), rtol=1e-12,
+                               atol=1e-12)
+    (plan,) = ex._plans.values()
+    assert [[n.op for n in s.nodes] for s in plan.steps] == [["matmul", "tanh", "mul", "sub"]]
+
+
+@pytest.mark.parametrize("square_m2", [False, True])
+def test_one_matmul_per_group_and_none_read_twice(square_m2):
+    a, b = G.Variable("a", (9, 20), "float64"), G.Variable("b", (20, 40), "float64")
+    m1, m2 = a @ b, a @ (b * 2.0)
+    outs = [G.exp(m1) + m2]         # both matmuls could head this group: only one does
+    if square_m2:
+        outs.append(m2 * m2)        # m2 now has two readers: it is stored
+    ex = G.Executor(outs)
+    av, bv = R.standard_normal((9, 20)), R.standard_normal((20, 40))
+    got = ex.run({a: av, b: bv})
+    np.testing.assert_allclose(got[0], np.exp(av @ bv) + av @ (2 * bv), rtol=1e-12)
+    if square_m2:
+        np.testing.assert_allclose(got[1], (av @ (2 * bv)) ** 2, rtol=1e-12)
+    (plan,) = ex._plans.values()
+    groups = [[n.op for n in s.nodes] for s in plan.steps]
+    assert ["matmul", "exp", "add"] in groups
+    assert sorted(g.count("matmul") for g in groups if "matmul" in g) == [1, 1]
+
+
+def test_matmul_output_is_stored_when_it_is_also_an_output():
+    a, b = G.Variable("a", (9, 20)), G.Variable("b", (20, 40))
+    m = a @ b
+    ex = G.Executor([m, G.relu(m)])
+    av, bv = R.standard_normal((9, 20)).astype("f4"), R.standard_normal((20, 40)).astype("f4")
+    mv, rv = ex.run({a: av, b: bv})
+    np.testing.assert_allclose(mv, av @ bv, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(rv, np.maximum(av @ bv, 0), rtol=1e-5, atol=1e-5)
