@@ -76,6 +76,9 @@ def _block_matmul(s: tl.Schedule, mm: tl.Tensor, out: tl.Tensor, parallel: bool)
     lanes = _lanes(str(mm.dtype))
     nv = min(4, -(-n // lanes))                 # vectors per tile row
     mr = min(m, 4 if nv >= 3 else 8)            # at most 16 accumulator registers
+    flops = int(np.prod([int(x.value) for x in mm.shape])) * int(np.prod(
+        [int(r.extent.value) for r in mm.op.reduce_axis]))
+    parallel = parallel or flops >= 1 << 16
     local = s.cache_write(mm, "local")
     if mm is not out:
         s[mm].compute_inline()                  # the copy-out stage: out reads the tile
