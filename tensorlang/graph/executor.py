@@ -1,9 +1,11 @@
 """The executor: every op of a graph runs as a tensorlang kernel.
 
 For each signature of fed shapes and dtypes, `Executor` makes a plan once: concrete shapes of
-every node, one compiled kernel per node (shared between nodes and executors with the same
-op, attributes, shapes and dtypes), and buffers assigned so that an intermediate's memory is
-reused once its last user has run. A run then only calls kernels.
+every node, nodes fused into groups (elementwise chains, and a matmul with its elementwise
+epilogue), one compiled kernel per group (shared between groups and executors with the same
+structure, attributes, shapes and dtypes), and buffers assigned so that an intermediate's
+memory is reused once its last user has run. A run then only calls kernels, on the fed
+arrays in place and on fresh output arrays. A plan is not for two threads at once.
 """
 
 from __future__ import annotations
@@ -67,7 +69,8 @@ def _block_matmul(s: tl.Schedule, mm: tl.Tensor, out: tl.Tensor, parallel: bool)
     """Register-blocked matmul: each (mr x nr) tile of the output accumulates in a local
     buffer (cache_write at the tile) over the whole reduction, with the k loop outside the
     unrolled rows and vector columns, so the accumulators stay in registers. Batch axes stay
-    outermost; the first of them (or the row tiles) runs in parallel.
+    outermost; the first of them (or the row tiles) runs in parallel when `parallel` or when
+    the matmul makes at least 2**16 multiply-adds.
 
     When `out` is an elementwise epilogue of the matmul `mm` (same shape, already inlined
     down to its read of `mm`), the copy-out stage of cache_write is inlined into it: each
@@ -127,7 +130,8 @@ def compile_group(members: tuple, shapes: tuple, dtypes: tuple):
 
     `members` lists (op, attrs, operands) in topological order, the last being the group's
     output; an operand is ("in", k) for the group's input k or ("node", j) for member j.
-    Every member but the last is elementwise and is computed inline in its reader.
+    Every member but the last is elementwise and is computed inline in its reader, except
+    a matmul, which heads the group with the rest as its epilogue (`_block_matmul`).
     """
     key = (members, shapes, dtypes)
     hit = _KERNELS.get(key)
@@ -156,11 +160,8 @@ def compile_group(members: tuple, shapes: tuple, dtypes: tuple):
                 if st.op is t.op:
                     st.compute_inline()
         return s
-    work = _work(tshapes[-1], shapes)
-    if anchor is not None:
-        work = max(work, _work(tshapes[-1], [sh for sh, k in zip(tshapes, kinds)
-                                             if k == "matmul"] + list(shapes)))
-    s = default_schedule(out, "matmul" if anchor is not None else kinds[-1], work, fresh, anchor)
+    s = default_schedule(out, "matmul" if anchor is not None else kinds[-1],
+                         _work(tshapes[-1], shapes), fresh, anchor)
     read = {id(t.op) for t in s.placeholders}
     used = tuple(k for k, t in enumerate(ins) if id(t.op) in read)  # "like" inputs: shape only
     name = "graph_" + "_".join(dict.fromkeys(m[0] for m in members))[:48]
