@@ -22,6 +22,7 @@ from ..ir.simplify import simplify
 from ..ir.stmt import Allocate, For, If, Let, LoopKind, Seq, Stmt, seq
 from ..ir.visit import free_vars, map_stmt, substitute
 from .model import Loop, StageState, Statement
+from .transform import dim_range, extent_bound
 
 
 @dataclass(frozen=True)
@@ -128,15 +129,9 @@ def _placed_bounds(time: isl.Map, stmt: Statement, loops: tuple[Loop, ...]) -> t
             continue
         if img is None:
             img = time.intersect_domain(stmt.domain).range()
-        k = 2 + 2 * li
-        r = img.project_out(isl.dim_type.set, k + 1, img.dim(isl.dim_type.set) - k - 1)
-        n = r.dim(isl.dim_type.param)
-        r = r.move_dims(isl.dim_type.param, n, isl.dim_type.set, 0, k)
-        if r.is_empty():
-            continue
-        v = r.dim_max(0).sub(r.dim_min(0)).max_val()
-        if v.is_int() and v.to_python() + 1 < lp.max_extent:
-            out[li] = replace(lp, max_extent=v.to_python() + 1)
+        bound = extent_bound(dim_range(img, 2 + 2 * li))   # time dim of loop li
+        if bound and bound < lp.max_extent:
+            out[li] = replace(lp, max_extent=bound)
     return tuple(out)
 
 

@@ -21,9 +21,9 @@ def _loop_map(n: int, outs: list[str], extra: str = "") -> isl.Map:
     return isl.Map(f"{{ [{', '.join(ls)}] -> [{', '.join(outs)}]{cond} }}")
 
 
-def loop_range(state: StageState, d: int) -> isl.Set:
-    """Values of loop d as a set in one dimension whose parameters include loops 0..d-1."""
-    img = state.sched.intersect_domain(state.domain).range()
+def dim_range(img: isl.Set, d: int) -> isl.Set:
+    """Values of dim d of `img` as a set in one dimension whose parameters include dims
+    0..d-1 (named __l0, __l1, ...)."""
     n = img.dim(isl.dim_type.set)
     img = img.project_out(isl.dim_type.set, d + 1, n - d - 1)
     nparams = img.dim(isl.dim_type.param)
@@ -31,6 +31,20 @@ def loop_range(state: StageState, d: int) -> isl.Set:
     for k in range(d):
         img = img.set_dim_name(isl.dim_type.param, nparams + k, f"__l{k}")
     return img
+
+
+def extent_bound(r: isl.Set) -> int | None:
+    """The largest number of values a `dim_range` takes for fixed outer dims (0 when empty),
+    or None when it grows with the sizes."""
+    if r.is_empty():
+        return 0
+    v = r.dim_max(0).sub(r.dim_min(0)).max_val()
+    return v.to_python() + 1 if v.is_int() else None
+
+
+def loop_range(state: StageState, d: int) -> isl.Set:
+    """Values of loop d as a set in one dimension whose parameters include loops 0..d-1."""
+    return dim_range(state.sched.intersect_domain(state.domain).range(), d)
 
 
 def _const(pa: isl.PwAff) -> int | None:
@@ -51,12 +65,7 @@ def loop_min(state: StageState, d: int) -> int | None:
 
 def loop_extent_bound(state: StageState, d: int) -> int | None:
     """The largest number of iterations loop d makes, or None when it grows with the sizes."""
-    r = loop_range(state, d)
-    if r.is_empty():
-        return 0
-    ext = r.dim_max(0).sub(r.dim_min(0))
-    v = ext.max_val()
-    return v.to_python() + 1 if v.is_int() else None
+    return extent_bound(loop_range(state, d))
 
 
 def loop_const_range(state: StageState, d: int) -> tuple[int, int] | None:
