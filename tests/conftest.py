@@ -22,6 +22,36 @@ def random_array(rng, shape, dtype):
     return rng.standard_normal(shape).astype(dtype)
 
 
+# the host's CPU, baseline x86-64 (SSE2: no AVX, no F16C) and x86-64-v3 (AVX2, FMA, F16C):
+# an operation that needs an instruction the CPU lacks must still work (issue: float16
+# conversions became calls that the JIT could not resolve, on CPUs without AVX512-FP16)
+CPU_TARGETS = ("llvm", "llvm -mcpu=x86-64", "llvm -mcpu=x86-64-v3")
+
+
+@pytest.fixture(params=CPU_TARGETS, ids=("host", "x86-64", "x86-64-v3"))
+def cpu_target(request):
+    """Each CPU level this machine can run (others skip)."""
+    t = tl.Target.parse(request.param)
+    if not t.is_host:
+        pytest.skip(f"this machine cannot run code for {request.param}")
+    return t
+
+
+def every_cpu_level(module_name: str):
+    """An autouse fixture that runs each test of `module_name` once per CPU level, with the
+    module's `build` bound to that target."""
+
+    @pytest.fixture(autouse=True)
+    def _levels(cpu_target, monkeypatch):
+        import functools
+        import sys
+
+        monkeypatch.setattr(sys.modules[module_name], "build",
+                            functools.partial(build, target=cpu_target))
+
+    return _levels
+
+
 def build(outputs, args, target="llvm"):
     return tl.build(tl.create_schedule(outputs), args, target=target)
 

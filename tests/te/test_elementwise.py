@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 
 import tensorlang as tl
-from tests.conftest import SIZES, build, random_array
+from tests.conftest import SIZES, build, every_cpu_level, random_array
+
+_every_cpu_level = every_cpu_level(__name__)  # host, baseline x86-64, x86-64-v3
 
 INTS = ("int8", "int16", "int32", "int64", "uint8")
 FLOATS = ("float16", "float32", "float64")

@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 
 import tensorlang as tl
-from tests.conftest import SIZES, build, random_array
+from tests.conftest import SIZES, build, every_cpu_level, random_array
+
+_every_cpu_level = every_cpu_level(__name__)  # host, baseline x86-64, x86-64-v3
 
 REDUCERS = {"sum": (tl.sum, np.sum), "max": (tl.max, np.max), "min": (tl.min, np.min),
             "prod": (tl.prod, np.prod)}

@@ -26,6 +26,7 @@ from ...ir.stmt import Buffer, Stmt
 from ...target import Target
 from .codegen import AOT_THREADS
 from .jit import has_parallel_loop, make_module, parse_and_optimise
+from .symbols import check_symbols
 from .target import target_machine
 
 _RUNTIME = r"""
@@ -193,6 +194,7 @@ class ObjectCode:
     module: llvm.ModuleRef
     llvm_ir: str
     threaded: bool
+    obj: bytes | None = None  # the object file, made (and its symbols checked) at build
 
     def assembly(self) -> str:
         return target_machine(self.target, jit=False).emit_assembly(self.module)
@@ -202,7 +204,7 @@ class ObjectCode:
             raise TensorlangError(
                 f"save: the {self.target.arch} target gives assembly and LLVM IR only (.s, .ll); "
                 "its kernels are not linked into programs here")
-        return target_machine(self.target, jit=False).emit_object(self.module)
+        return self.obj
 
     def bitcode(self) -> bytes:
         return self.module.as_bitcode()
@@ -231,9 +233,14 @@ def compile_object(name: str, buffers: list[Buffer], params: list[Var], body: St
         for fn in _RUNTIME_FUNCTIONS:
             mod.get_function(fn).linkage = "internal"  # each object has its own copy
 
-    mod = parse_and_optimise(text, target_machine(target, jit=False),
-                             link_runtime if threaded else None)
-    return ObjectCode(name, target, mod, str(mod), threaded)
+    tm = target_machine(target, jit=False)
+    mod = parse_and_optimise(text, tm, link_runtime if threaded else None)
+    obj = None
+    if not target.assembly_only:
+        with timed("llvm object"):
+            obj = tm.emit_object(mod)
+        check_symbols(obj, target, name)
+    return ObjectCode(name, target, mod, str(mod), threaded, obj)
 
 
 def refusal(violations, params: list[Var]):

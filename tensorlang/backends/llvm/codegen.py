@@ -19,6 +19,7 @@ from ...ir.expr import (
 )
 from ...ir.stmt import Allocate, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store
 from ...ir.visit import walk, walk_stmt
+from .half import f16_to_f32, f32_to_f16, f64_to_f16, native_conversions
 from .vector import VectorContext, check_vector_body, type_suffix
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -76,9 +77,11 @@ AOT_THREADS = -1  # `threads` of an object file's kernel: asks the runtime at ea
 
 class FunctionCodegen:
     def __init__(self, module: ir.Module, name: str, buffers: list[Buffer], params: list[Var],
-                 threads: int = 1):
+                 threads: int = 1, target=None):
         self.module = module
         self.threads = threads
+        # (float32 <-> float16, float64 -> float16) in one instruction; else integer IR
+        self.half_native = native_conversions(target) if target is not None else (False, False)
         self.fp_flags = ("contract",) if fp_contract() else ()
         self.in_parallel = False
         self.vec: VectorContext | None = None
@@ -176,6 +179,8 @@ class FunctionCodegen:
         if isinstance(e, CmpOp):
             x, y = self.expr(e.a), self.expr(e.b)
             d = e.a.dtype
+            if d.name == "float16" and not self.half_native[0]:
+                x, y = self.widen_half(x), self.widen_half(y)
             if d.is_float:
                 return b.fcmp_ordered(_FCMP[type(e)], x, y) if not isinstance(e, NE) else \
                     b.fcmp_unordered("!=", x, y)
@@ -198,25 +203,37 @@ class FunctionCodegen:
         raise TensorlangError(f"llvm backend: unsupported expression {type(e).__name__}")
 
     def arith(self, e) -> ir.Value:
-        b = self.builder
         x, y = self.expr(e.a), self.expr(e.b)
         d = e.dtype
+        if d.name == "float16" and not self.half_native[0]:
+            # in float32, rounded back after the operation (numpy's float16 results)
+            return self.narrow_half(self.float_arith(e, self.widen_half(x),
+                                                     self.widen_half(y)))
         if d.is_float:
-            if isinstance(e, Add):
-                return b.fadd(x, y, flags=self.fp_flags)
-            if isinstance(e, Sub):
-                return b.fsub(x, y, flags=self.fp_flags)
-            if isinstance(e, Mul):
-                return b.fmul(x, y, flags=self.fp_flags)
-            if isinstance(e, Div):
-                return b.fdiv(x, y)
-            if isinstance(e, (Min, Max)):
-                name = "minimum" if isinstance(e, Min) else "maximum"
-                return b.call(self._intrinsic(name, x.type, 2), [x, y])
-            q = b.call(self._intrinsic("floor", x.type), [b.fdiv(x, y)])
-            if isinstance(e, FloorDiv):
-                return q
-            return b.fsub(x, b.fmul(q, y))  # FloorMod: x - floor(x / y) * y
+            return self.float_arith(e, x, y)
+        return self.int_arith(e, x, y)
+
+    def float_arith(self, e, x: ir.Value, y: ir.Value) -> ir.Value:
+        b = self.builder
+        if isinstance(e, Add):
+            return b.fadd(x, y, flags=self.fp_flags)
+        if isinstance(e, Sub):
+            return b.fsub(x, y, flags=self.fp_flags)
+        if isinstance(e, Mul):
+            return b.fmul(x, y, flags=self.fp_flags)
+        if isinstance(e, Div):
+            return b.fdiv(x, y)
+        if isinstance(e, (Min, Max)):
+            name = "minimum" if isinstance(e, Min) else "maximum"
+            return b.call(self._intrinsic(name, x.type, 2), [x, y])
+        q = b.call(self._intrinsic("floor", x.type), [b.fdiv(x, y)])
+        if isinstance(e, FloorDiv):
+            return q
+        return b.fsub(x, b.fmul(q, y))  # FloorMod: x - floor(x / y) * y
+
+    def int_arith(self, e, x: ir.Value, y: ir.Value) -> ir.Value:
+        b = self.builder
+        d = e.dtype
         if isinstance(e, Add):
             return b.add(x, y)
         if isinstance(e, Sub):
@@ -296,11 +313,36 @@ class FunctionCodegen:
         phi.add_incoming(fv, else_end)
         return phi
 
+    def widen_half(self, v: ir.Value) -> ir.Value:
+        """A float16 value (scalar or vector) as float32, exactly."""
+        if self.half_native[0]:
+            return self.builder.fpext(v, ir.VectorType(ir.FloatType(), v.type.count)
+                                      if isinstance(v.type, ir.VectorType) else ir.FloatType())
+        return f16_to_f32(self.builder, v)
+
+    def narrow_half(self, v: ir.Value) -> ir.Value:
+        """A float32 or float64 value as float16, rounded once to nearest even."""
+        double = isinstance(getattr(v.type, "element", v.type), ir.DoubleType)
+        if self.half_native[1 if double else 0]:
+            return self.builder.fptrunc(v, ir.VectorType(ir.HalfType(), v.type.count)
+                                        if isinstance(v.type, ir.VectorType) else ir.HalfType())
+        return f64_to_f16(self.builder, v) if double else f32_to_f16(self.builder, v)
+
     def cast(self, v: ir.Value, src: DType, dst: DType) -> ir.Value:
         b = self.builder
         if src == dst:
             return v
         t = self.ty(dst)
+        # float16 goes through float32 (exact) on every path but float64 -> float16, which
+        # rounds once: LLVM would otherwise call compiler-rt for some of these conversions
+        f32 = DType("float32", src.lanes)
+        if src.name == "float16":
+            w = self.widen_half(v)
+            return w if dst.name == "float32" else self.cast(w, f32, dst)
+        if dst.name == "float16":
+            if not src.is_float:   # integers: exact in float32 below 2^24, inf above 65519
+                v = self.cast(v, src, f32)
+            return self.narrow_half(v)
         if dst.is_bool:
             if src.is_float:
                 return b.fcmp_unordered("!=", v, ir.Constant(v.type, 0.0))
@@ -327,13 +369,14 @@ class FunctionCodegen:
         b = self.builder
         args = [self.expr(a) for a in e.args]
         if e.name == "isnan":
-            return b.fcmp_unordered("uno", args[0], args[0])
+            a = args[0]
+            if e.args[0].dtype.name == "float16" and not self.half_native[0]:
+                a = self.widen_half(a)
+            return b.fcmp_unordered("uno", a, a)
         d = e.dtype
         half = d.name == "float16"
         if half:  # libm and most targets compute half math in float
-            wide = ir.FloatType() if self.vec is None else \
-                ir.VectorType(ir.FloatType(), self.vec.lanes)
-            args = [b.fpext(a, wide) for a in args]
+            args = [self.widen_half(a) for a in args]
         t = args[0].type
         if e.name in _INTRINSICS:
             out = b.call(self._intrinsic(e.name, t, len(args)), args)
@@ -351,7 +394,7 @@ class FunctionCodegen:
         else:
             raise TensorlangError(f"llvm backend: unknown function {e.name}")
         if half:
-            return b.fptrunc(out, self.ty(d))
+            return self.narrow_half(out)
         return out
 
     # ---------------------------------------------------------------------- statements
@@ -496,7 +539,7 @@ class FunctionCodegen:
         fn.linkage = "internal"
         sub = FunctionCodegen.__new__(FunctionCodegen)
         sub.module, sub.threads, sub.in_parallel, sub.vec = self.module, self.threads, True, None
-        sub.fp_flags = self.fp_flags
+        sub.fp_flags, sub.half_native = self.fp_flags, self.half_native
         sub.fn, sub.ptrs, sub.env, sub.heap = fn, {}, {}, []
         sub.entry = fn.append_basic_block("entry")
         sub.builder = ir.IRBuilder(fn.append_basic_block("body"))
@@ -556,10 +599,11 @@ class FunctionCodegen:
 
 
 def emit_function(module: ir.Module, name: str, buffers, params, body: Stmt,
-                  threads: int = 1, refuse: Expr | None = None) -> ir.Function:
-    """The kernel `name`; with `refuse`, it first returns 2 where that condition holds (sizes
-    the kernel must not run with)."""
-    cg = FunctionCodegen(module, name, buffers, params, threads)
+                  threads: int = 1, refuse: Expr | None = None, target=None) -> ir.Function:
+    """The kernel `name` for `target` (a `tl.Target`: which conversions it has in hardware);
+    with `refuse`, it first returns 2 where that condition holds (sizes the kernel must not
+    run with)."""
+    cg = FunctionCodegen(module, name, buffers, params, threads, target)
     if refuse is not None:
         b = cg.builder
         with b.if_then(cg.expr(refuse), likely=False):

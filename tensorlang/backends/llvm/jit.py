@@ -15,7 +15,8 @@ from ...ir.expr import Var
 from ...ir.stmt import Buffer, For, LoopKind, Stmt
 from ...ir.visit import walk_stmt
 from .codegen import emit_function
-from .pool import ensure_pool
+from .pool import RUNTIME_SYMBOLS, ensure_pool
+from .symbols import check_symbols
 from .target import LLVMTarget, new_target_machine, target_machine
 
 _CACHE_SIZE = 256
@@ -60,6 +61,10 @@ class _KernelCache:
 CACHE = _KernelCache(_CACHE_SIZE)
 
 
+def _resolvable(sym: str) -> bool:
+    return bool(llvm.address_of_symbol(sym))
+
+
 def has_parallel_loop(body: Stmt) -> bool:
     return any(isinstance(s, For) and s.kind is LoopKind.PARALLEL for s in walk_stmt(body))
 
@@ -68,7 +73,7 @@ def make_module(name: str, buffers: list[Buffer], params: list[Var], body: Stmt,
                 target: LLVMTarget, threads: int = 1, refuse=None) -> ir.Module:
     module = ir.Module(name=name)
     module.triple = target.triple
-    emit_function(module, name, buffers, params, body, threads, refuse)
+    emit_function(module, name, buffers, params, body, threads, refuse, target)
     return module
 
 
@@ -109,9 +114,15 @@ def compile_kernel(name: str, buffers: list[Buffer], params: list[Var], body: St
     mod = parse_and_optimise(text, target_machine(target))
     debug_print(3, "LLVM IR", str(mod))
     with timed("llvm jit"):
-        engine = llvm.create_mcjit_compiler(mod, new_target_machine(target))
+        # machine code first, so that every function it calls is known before it is loaded
+        obj = target_machine(target).emit_object(mod)
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine(target))
+        check_symbols(obj, target, name, provided=RUNTIME_SYMBOLS, resolve=_resolvable)
+        engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
         engine.finalize_object()
         addr = engine.get_function_address(name)
+    if not addr:
+        raise TensorlangError(f"internal: the JIT did not load kernel {name}")
     argtypes = [ctypes.c_void_p] * len(buffers) + [ctypes.c_int64] * len(params)
     cfunc = ctypes.CFUNCTYPE(ctypes.c_int32, *argtypes)(addr)
     kernel = Kernel(name, cfunc, str(mod), mod, engine, target)

@@ -22,6 +22,7 @@ import llvmlite.binding as llvm
 
 from ...config import num_threads
 
+RUNTIME_SYMBOLS = frozenset({"tl_parallel_launch"})  # what JIT kernels may call of the pool
 SPIN = 200_000  # polls of the generation counter before a worker sleeps
 
 _RUNTIME = r"""
