@@ -9,6 +9,11 @@ running (a second Python thread, or a parallel loop inside a parallel body) runs
 inline on the calling thread instead of waiting. The pool starts on the first build of a
 kernel with a parallel loop, with TL_NUM_THREADS - 1 workers (default: cores - 1).
 
+fork() copies only the calling thread, so a child would wait forever for workers it does not
+have. A `pthread_atfork` child handler (as OpenMP runtimes have) forgets the workers and any
+region in flight; the child's first parallel loop starts a new pool. Workers start at the
+generation current when they are made, so a new worker never runs an old region.
+
 Linux only (the futex system call); elsewhere parallel loops run on the calling thread.
 """
 
@@ -37,8 +42,11 @@ _RUNTIME = r"""
 @pool_lock = internal global i32 0
 @pool_nworkers = internal global i32 0
 @pool_spin = internal global i32 0
+@pool_want = internal global i32 0
+@pool_forked = internal global i32 0
 
 declare i32 @pthread_create(ptr, ptr, ptr, ptr)
+ATFORK_DECL
 declare i64 @syscall(i64, ...)
 declare i32 @sched_yield()
 PAUSE_DECL
@@ -71,9 +79,12 @@ done:
 
 define internal ptr @worker(ptr %arg) {
 entry:
+  ; the generation current when the worker was made: it waits for the next one
+  %start64 = ptrtoint ptr %arg to i64
+  %start = trunc i64 %start64 to i32
   br label %wait
 wait:
-  %seen = phi i32 [ 0, %entry ], [ %g, %work ]
+  %seen = phi i32 [ %start, %entry ], [ %g, %work ]
   br label %spin
 spin:
   %k = phi i32 [ 0, %wait ], [ %k1, %pause ], [ 0, %woke ]
@@ -102,17 +113,19 @@ work:
   br label %wait
 }
 
-define i32 @tl_pool_start(i32 %nworkers, i32 %spin) {
+define internal i32 @spawn(i32 %nworkers) {
 entry:
-  store i32 %spin, ptr @pool_spin
   %tid = alloca i64
+  %g0 = load atomic i32, ptr @pool_gen acquire, align 4
+  %g64 = zext i32 %g0 to i64
+  %garg = inttoptr i64 %g64 to ptr
   br label %loop
 loop:
   %i = phi i32 [ 0, %entry ], [ %i1, %ok ]
   %more = icmp slt i32 %i, %nworkers
   br i1 %more, label %create, label %done
 create:
-  %r = call i32 @pthread_create(ptr %tid, ptr null, ptr @worker, ptr null)
+  %r = call i32 @pthread_create(ptr %tid, ptr null, ptr @worker, ptr %garg)
   %fail = icmp ne i32 %r, 0
   br i1 %fail, label %done, label %ok
 ok:
@@ -123,10 +136,42 @@ done:
   ret i32 %i
 }
 
+; after fork() the child has only the thread that forked: forget the workers and any region
+; in flight; the child's first parallel loop starts new workers
+define internal void @after_fork_in_child() {
+entry:
+  store atomic i32 0, ptr @pool_nworkers monotonic, align 4
+  store atomic i32 0, ptr @pool_sleepers monotonic, align 4
+  store atomic i32 0, ptr @pool_active monotonic, align 4
+  store atomic i32 1, ptr @pool_forked monotonic, align 4
+  store atomic i32 0, ptr @pool_lock release, align 4
+  ret void
+}
+
+define i32 @tl_pool_start(i32 %nworkers, i32 %spin) {
+entry:
+  store i32 %spin, ptr @pool_spin
+  store i32 %nworkers, ptr @pool_want
+  ATFORK_CALL
+  %n = call i32 @spawn(i32 %nworkers)
+  ret i32 %n
+}
+
 define i32 @tl_parallel_launch(ptr %fn, ptr %cl, i64 %n) {
 entry:
   %pair = cmpxchg ptr @pool_lock, i32 0, i32 1 acquire monotonic
   %locked = extractvalue { i32, i1 } %pair, 1
+  br i1 %locked, label %check_fork, label %ready
+check_fork:
+  %forked = load atomic i32, ptr @pool_forked monotonic, align 4
+  %isforked = icmp ne i32 %forked, 0
+  br i1 %isforked, label %respawn, label %ready
+respawn:
+  store atomic i32 0, ptr @pool_forked monotonic, align 4
+  %want = load i32, ptr @pool_want
+  %made = call i32 @spawn(i32 %want)
+  br label %ready
+ready:
   %nw = load atomic i32, ptr @pool_nworkers acquire, align 4
   %has = icmp sgt i32 %nw, 0
   %big = icmp sgt i64 %n, 1
@@ -201,20 +246,41 @@ class _Pool:
     threads = 0
 
 
+# what the pool itself calls, beyond the C library
+_POOL_NEEDS = frozenset({"syscall", "sched_yield", "pthread_atfork", "__register_atfork"})
+
+
 def _runtime_text() -> str:
     x86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "i386")
     decl = "declare void @llvm.x86.sse2.pause()" if x86 else ""
     call = "call void @llvm.x86.sse2.pause()" if x86 else ""
-    return _RUNTIME.replace("PAUSE_DECL", decl).replace("PAUSE_CALL", call)
+    # glibc exports pthread_atfork only from its static part (libc_nonshared.a): a JIT finds
+    # __register_atfork, with the same first three arguments and a DSO handle (none here)
+    if llvm.address_of_symbol("pthread_atfork"):
+        fdecl = "declare i32 @pthread_atfork(ptr, ptr, ptr)"
+        fcall = "%a = call i32 @pthread_atfork(ptr null, ptr null, ptr @after_fork_in_child)"
+    else:
+        fdecl = "declare i32 @__register_atfork(ptr, ptr, ptr, ptr)"
+        fcall = ("%a = call i32 @__register_atfork(ptr null, ptr null, "
+                 "ptr @after_fork_in_child, ptr null)")
+    return (_RUNTIME.replace("PAUSE_DECL", decl).replace("PAUSE_CALL", call)
+            .replace("ATFORK_DECL", fdecl).replace("ATFORK_CALL", fcall))
 
 
 def ensure_pool(tm: llvm.TargetMachine) -> int:
     """Compile the runtime and start the workers once per process; the number of threads."""
+    from .symbols import check_symbols
+    from .target import host_target
+
     if _Pool.engine is not None:
         return _Pool.threads
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)  # loads the C library
     mod = llvm.parse_assembly(_runtime_text())
     mod.verify()
-    engine = llvm.create_mcjit_compiler(mod, tm)
+    obj = tm.emit_object(mod)
+    check_symbols(obj, host_target(), "the thread pool", provided=_POOL_NEEDS,
+                  resolve=llvm.address_of_symbol)
+    engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
     engine.finalize_object()
     launch = engine.get_function_address("tl_parallel_launch")
     llvm.add_symbol("tl_parallel_launch", launch)

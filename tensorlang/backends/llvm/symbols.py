@@ -111,9 +111,7 @@ def check_symbols(obj: bytes, target: Target, kernel: str, provided=frozenset(),
     """Raise a TensorlangError unless every undefined symbol of `obj` is allowed (C library,
     libm, `provided`) and, with `resolve` (a name -> address function, for the JIT), found."""
     for sym in sorted(undefined_symbols(obj)):
-        if sym in provided:
-            continue
-        if sym not in ALLOWED:
+        if sym not in ALLOWED and sym not in provided:
             raise TensorlangError(
                 f"build: kernel {kernel} for target {target.name} ({target.triple}, cpu "
                 f"{target.cpu}) needs the function {sym!r}, which is not in the C library, libm "
