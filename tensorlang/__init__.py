@@ -1,6 +1,8 @@
 """tensorlang: a tensor compiler whose loop schedules are checked exactly with isl."""
 
-from .errors import BoundsError, IllegalScheduleError, ScheduleError, TensorlangError  # noqa: F401
+from .errors import (  # noqa: F401
+    BoundsError, IllegalScheduleError, IndexBoundsError, ScheduleError, TensorlangError,
+)
 from .ir.dtype import DType  # noqa: F401
 from .ir.expr import Expr, Var, const  # noqa: F401
 from .driver import Module, build  # noqa: F401

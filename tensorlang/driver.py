@@ -5,7 +5,7 @@ from __future__ import annotations
 import islpy as isl
 
 from .config import timed
-from .errors import BoundsError, TensorlangError
+from .errors import BoundsError, IndexBoundsError, TensorlangError
 from .schedule.lower import LoweredFunc, lower
 from .schedule.schedule import Schedule
 from .target import Target
@@ -54,7 +54,21 @@ class Module:
         ptrs, values = self._checked(arrays)
         status = self.kernel.cfunc(*ptrs, *values)
         if status != 0:
-            raise MemoryError(f"{self.name}: a temporary buffer could not be allocated")
+            raise self.status_error(status, self.kernel.error_record())
+
+    def status_error(self, status: int, record) -> Exception:
+        """The exception for a kernel's nonzero status; `record` is its error record (a
+        sequence of int64, see `backends/llvm/codegen.py`), read and cleared by the caller."""
+        if status == 1:
+            return MemoryError(f"{self.name}: a temporary buffer could not be allocated")
+        if status == 3 and record is not None and 0 < record[0] <= len(self.lowered.checks):
+            site = self.lowered.checks[record[0] - 1]
+            value, extent = record[1], record[2]
+            point = tuple(record[3:3 + len(site.axes)])
+            return IndexBoundsError(site.message(value, extent, point),
+                                    dict(zip(site.axes, point)), site.tensor, value, site.dim,
+                                    extent)
+        return TensorlangError(f"{self.name}: the kernel stopped with status {status}")
 
     def _check_preconditions(self, values: tuple) -> None:
         if values in self._seen_sizes:
@@ -92,7 +106,7 @@ class Module:
 
             low = self.lowered
             self._code = compile_object(self.name, low.buffers, low.params, low.body,
-                                        self.target, low.violations)
+                                        self.target, low.refuse)
         return self._code
 
     def save(self, path, fmt: str | None = None) -> None:
@@ -119,8 +133,11 @@ class Module:
             from .backends.llvm.aot import header
 
             low = self.lowered
+            checks = [f"{c.stage} reads {c.access}, dimension {c.dim} (axes "
+                      f"{', '.join(c.axes)})" for c in low.checks]
             data = header(self.name, low.args, low.buffers, low.params, self.target,
-                          self.code.threaded, low.violations)
+                          self.code.threaded, [str(v.where.params()) for v in low.violations],
+                          checks)
         else:
             raise TensorlangError(f"save: cannot tell the format of {path!r}; use a suffix "
                                   ".o, .s, .ll, .bc or .h, or pass fmt=")
@@ -160,12 +177,17 @@ _LIBC = {f + suffix for f in ("exp", "log", "sin", "cos", "tan", "tanh", "sqrt",
                                          "pthread_create", "pthread_join", "abort"}
 
 
-def build(s: Schedule, args, target="llvm", name: str = "main") -> Module:
+def build(s: Schedule, args, target="llvm", name: str = "main", checks: bool = True) -> Module:
     """Lower `s` and compile it; `args` are the tensors (and tl.var sizes) of the signature.
 
     `target` is a `tl.Target`, a preset name ("aarch64", "riscv64+v", ...) or a string
     "llvm -mtriple=... -mcpu=... -mattr=...". Code for the host is JIT-compiled and callable;
-    code for another machine is compiled to an object (see `Module.save`)."""
+    code for another machine is compiled to an object (see `Module.save`).
+
+    Reads whose index isl cannot prove in range (`A[I[i]]`: it depends on data) are checked
+    when the kernel runs; an index outside its tensor raises `tl.IndexBoundsError` naming the
+    tensor, the index and the iteration. `checks=False` removes those checks, for indices
+    the caller guarantees (an out-of-range index then reads outside the array)."""
     if isinstance(target, str):
         kind = target.split()[0] if target.split() else ""
         if kind in ("cuda", "nvptx"):
@@ -183,11 +205,11 @@ def build(s: Schedule, args, target="llvm", name: str = "main") -> Module:
 
     tgt = Target.parse(target)
     with timed("build"):
-        lowered = lower(s, args, name)
+        lowered = lower(s, args, name, checks=checks)
         if tgt.is_host:
             kernel = compile_kernel(name, lowered.buffers, lowered.params, lowered.body, tgt)
             return Module(lowered, kernel, tgt)
         code = compile_object(name, lowered.buffers, lowered.params, lowered.body, tgt,
-                              lowered.violations)
+                              lowered.refuse)
     return Module(lowered, None, tgt, code)
 

@@ -29,3 +29,15 @@ class BoundsError(TensorlangError):
     def __init__(self, message: str, witness: dict | None = None):
         super().__init__(message)
         self.witness = witness
+
+
+class IndexBoundsError(BoundsError):
+    """A data-dependent index was outside its tensor when the kernel ran (a run-time check).
+
+    ``tensor`` is the tensor read, ``index`` the value, ``dim`` its dimension, ``extent`` the
+    tensor's extent there and ``witness`` the iteration (the reading stage's axes)."""
+
+    def __init__(self, message: str, witness: dict | None = None, tensor: str = "",
+                 index: int = 0, dim: int = 0, extent: int = 0):
+        super().__init__(message, witness)
+        self.tensor, self.index, self.dim, self.extent = tensor, index, dim, extent

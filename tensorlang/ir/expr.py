@@ -330,6 +330,29 @@ class Load(Expr):
             object.__setattr__(self, "dtype", self.buffer.dtype)
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class IndexCheck(Expr):
+    """`index`, checked when it is evaluated to lie in [0, `extent`): an index isl cannot prove
+    in range (it reads a tensor, or is not affine). Outside it, the kernel stops and returns
+    status 3 with `site` (which access, see `lower`'s `checks`), the index's value and `point`
+    (the values of the statement's axes: the iteration) recorded for the error message."""
+
+    index: Expr
+    extent: Expr
+    site: int
+    point: tuple[Expr, ...] = ()
+
+    @property
+    def dtype(self) -> DType:
+        return self.index.dtype
+
+    def rebuild(self, kids: tuple[Expr, ...]) -> IndexCheck:
+        return IndexCheck(kids[0], kids[1], self.site, tuple(kids[2:]))
+
+    def _print(self, fmt) -> str:
+        return f"checked({fmt(self.index)} < {fmt(self.extent)})"
+
+
 MATH_FUNCTIONS = ("exp", "log", "sqrt", "tanh", "erf", "pow", "floor", "ceil", "fabs", "sin",
                   "cos", "isnan")
 

@@ -12,10 +12,10 @@ import math
 
 import numpy as np
 
-from ..errors import TensorlangError
+from ..errors import IndexBoundsError, TensorlangError
 from .expr import (
     EQ, GE, GT, LE, LT, NE, Add, And, Call, Cast, Const, Div, Expr, FloorDiv, FloorMod, Load,
-    Max, Min, Mul, Not, Or, Select, Sub, Var,
+    IndexCheck, Max, Min, Mul, Not, Or, Select, Sub, Var,
 )
 from .stmt import Allocate, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store
 
@@ -58,6 +58,14 @@ class Interpreter:
             return _scalar(e.value, e.dtype)
         if isinstance(e, Load):
             return self.mem[id(e.buffer)][self.flat(e.buffer, e.indices)]
+        if isinstance(e, IndexCheck):
+            v, n = self._expr(e.index), self._expr(e.extent)
+            if not 0 <= int(v) < int(n):
+                point = tuple(int(self._expr(p)) for p in e.point)
+                raise IndexBoundsError(f"interp: index check {e.site} failed: index {int(v)} "
+                                       f"outside [0, {int(n)}) at {point}", None, "",
+                                       int(v), 0, int(n))
+            return v
         if isinstance(e, Select):  # only the taken arm is evaluated, as in compiled code
             return self._expr(e.true_value) if self._expr(e.cond) else self._expr(e.false_value)
         if isinstance(e, Cast):

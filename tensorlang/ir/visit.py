@@ -95,6 +95,21 @@ def map_stmt(s: Stmt, fexpr: Callable[[Expr], Expr],
     return go(s)
 
 
+def stmt_exprs(s: Stmt) -> list[Expr]:
+    """The expressions a statement node holds itself (not those of nested statements)."""
+    if isinstance(s, Store):
+        return [*s.indices, s.value]
+    if isinstance(s, For):
+        return [s.min, s.extent]
+    if isinstance(s, If):
+        return [s.cond]
+    if isinstance(s, Let):
+        return [s.value]
+    if isinstance(s, Allocate):
+        return list(s.buffer.shape)
+    return []
+
+
 def walk_stmt(s: Stmt) -> Iterator[Stmt]:
     yield s
     if isinstance(s, For | Allocate | Let):

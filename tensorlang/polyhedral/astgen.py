@@ -20,7 +20,7 @@ from ..ir.expr import (
 )
 from ..ir.simplify import simplify
 from ..ir.stmt import Allocate, For, If, Let, LoopKind, Seq, Stmt, seq
-from ..ir.visit import free_vars, map_stmt, substitute
+from ..ir.visit import free_vars, map_stmt, stmt_exprs, substitute
 from .model import Loop, StageState, Statement
 from .transform import dim_range, extent_bound
 
@@ -226,7 +226,7 @@ class _Translator:
 
         wanted = set()
         for x in walk_stmt(ts.stmt.body):
-            for e in _stmt_exprs(x):
+            for e in stmt_exprs(x):
                 wanted |= {n for n in free_vars(e) if n.startswith(PREFIX)}
         for name in wanted - set(mapping):
             j = int(name[len(PREFIX):])
@@ -305,20 +305,6 @@ class _Translator:
             self.bind_prefix(ts, mapping)
             return map_stmt(ts.stmt.body, lambda e: simplify(substitute(e, mapping)))
         raise TensorlangError(f"internal: unsupported isl AST node {t}")
-
-
-def _stmt_exprs(x: Stmt) -> list[Expr]:
-    from ..ir.stmt import Store
-
-    if isinstance(x, Store):
-        return list(x.indices) + [x.value]
-    if isinstance(x, If):
-        return [x.cond]
-    if isinstance(x, Let):
-        return [x.value]
-    if isinstance(x, For):
-        return [x.min, x.extent]
-    return []
 
 
 def _loop(v: Var, init: Expr, extent: Expr, body: Stmt, info: Loop) -> Stmt:

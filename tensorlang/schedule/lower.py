@@ -8,11 +8,12 @@ import islpy as isl
 
 from ..config import debug_print, timed
 from ..errors import TensorlangError
-from ..ir.expr import Expr, Load, Var
+from ..ir.expr import Expr, IndexCheck, Load, Var
 from ..ir.printer import expr_str, stmt_str
 from ..ir.stmt import Allocate, Buffer, Stmt, Store
-from ..ir.visit import map_expr, map_stmt, walk_stmt
+from ..ir.visit import map_expr, map_stmt, stmt_exprs, walk, walk_stmt
 from ..polyhedral import BoundsViolation, generate_loops, timed_statements
+from ..polyhedral.checks import strip_index_checks
 from ..te.tensor import Tensor
 from .schedule import Schedule
 
@@ -34,6 +35,13 @@ class LoweredFunc:
     param_text: str = ""
     reads: isl.UnionMap | None = None   # statement instance -> element read (may)
     writes: isl.UnionMap | None = None  # statement instance -> element written
+    checks: list = field(default_factory=list)  # CheckSite of each IndexCheck in body
+    refuse: Expr | None = None          # sizes under which some read leaves its tensor
+
+    @property
+    def has_index_checks(self) -> bool:
+        return any(isinstance(x, IndexCheck) for st in walk_stmt(self.body)
+                   for e in stmt_exprs(st) for x in walk(e))
 
     def __str__(self) -> str:
         sig = []
@@ -87,8 +95,22 @@ def _stored_buffers(body: Stmt) -> set[int]:
     return {id(x.buffer) for x in walk_stmt(body) if isinstance(x, Store)}
 
 
-def lower(s: Schedule, args, name: str = "main") -> LoweredFunc:
-    """Check the schedule and generate its loop nest.
+def refusal(violations, params: list[Var]) -> Expr | None:
+    """The condition on the sizes under which some read leaves its tensor (None: never),
+    as an IR expression: isl's set of bad sizes, translated where isl lives."""
+    from ..polyhedral.placement import set_expr
+
+    bad = None
+    pmap = {p.name: p for p in params}
+    for v in violations:
+        cond = set_expr(v.where.params(), {}, pmap, [])
+        bad = cond if bad is None else bad | cond
+    return bad
+
+
+def lower(s: Schedule, args, name: str = "main", checks: bool = True) -> LoweredFunc:
+    """Check the schedule and generate its loop nest. Indices that isl cannot prove in range
+    (they read data) are checked when the kernel runs, unless `checks` is False.
 
     >>> import tensorlang as tl
     >>> A = tl.placeholder((3,), name="A")
@@ -103,6 +125,8 @@ def lower(s: Schedule, args, name: str = "main") -> LoweredFunc:
     if not isinstance(name, str) or not name.isidentifier():
         raise TensorlangError(f"lower: name must be an identifier, got {name!r}")
     args = _check_args(s, args)
+    if not isinstance(checks, bool):
+        raise TensorlangError(f"lower: checks must be True or False, got {checks!r}")
     with timed("lower"):
         prog = s.program
         params = prog.params
@@ -120,6 +144,8 @@ def lower(s: Schedule, args, name: str = "main") -> LoweredFunc:
         allocs = [b for k, b in bufs.items()
                   if k not in arg_ids and k not in inputs and k in used]
         body = _replace_buffers(body, bufs)
+        if not checks:
+            body = map_stmt(body, strip_index_checks)
         for b in reversed(allocs):
             body = Allocate(b, body)
         names = prog.names
@@ -129,8 +155,10 @@ def lower(s: Schedule, args, name: str = "main") -> LoweredFunc:
     for a in scalar_args:
         if a.name not in params:
             raise TensorlangError(f"args: the variable {a.name} is not used by the schedule")
-    f = LoweredFunc(name, args, arg_bufs, [params[n] for n in names], body, violations, ptext,
-                    access.reads, access.writes)
+    plist = [params[n] for n in names]
+    f = LoweredFunc(name, args, arg_bufs, plist, body, violations, ptext, access.reads,
+                    access.writes, list(prog.sites) if checks else [],
+                    refusal(violations, plist))
     debug_print(2, "loop nest", f)
     return f
 

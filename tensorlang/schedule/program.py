@@ -18,6 +18,7 @@ from ..ir.stmt import Buffer
 from ..ir.visit import free_vars, substitute, walk
 from ..polyhedral import accumulator_buffers, check_bounds, stage_statements
 from ..polyhedral.astgen import TimedStatement, base_entries, timed_statements
+from ..polyhedral.checks import insert_index_checks
 from ..polyhedral.placement import Placement, loop_prefix, place
 from ..polyhedral.deps import (
     Dependence, StatementInfo, check_legality, check_self_read, compute_dependences,
@@ -69,6 +70,7 @@ class Program:
     initial: dict[str, object]             # stage id -> declared StageState
     outputs: dict[str, tuple]              # stage id -> (output tensor, accumulators...)
     labels: dict[str, str]                 # stage id -> the compute's name
+    sites: list = field(default_factory=list)  # run-time index checks (polyhedral.checks)
     stmt_reads: dict[str, dict[int, isl.Map]] = field(default_factory=dict)
     stmt_writes: dict[str, dict[int, isl.Map]] = field(default_factory=dict)
     _deps: list[Dependence] | None = field(default=None, repr=False)
@@ -208,14 +210,16 @@ def build_program(schedule, initial_states: dict) -> Program:
     debug_print(4, "isl domains", "\n".join(f"{x.name}: {x.domain}" for x in statements))
     shapes = {k: b.shape for k, b in bufs.items()}
     names_of = {k: b.name for k, b in bufs.items()}
+    labels = {st.id: st.op.name for st in schedule.stages}
+    context = _context(names, sizes)
+    statements, sites = insert_index_checks(statements, names_of, labels, ptext, context)
     access = access_relations(statements, names_of, shapes, ptext)
     outputs = {st.id: (st.op.output,) + tuple(t for t in accumulator_buffers(st.op)
                                               if t is not st.op.output)
                for st in schedule.stages}
-    labels = {st.id: st.op.name for st in schedule.stages}
-    prog = Program(names, sizes, ptext, params, _context(names, sizes), bufs, statements, access,
+    prog = Program(names, sizes, ptext, params, context, bufs, statements, access,
                    info, [st.id for st in schedule.stages], reduction_updates, initial_states,
-                   outputs, labels)
+                   outputs, labels, sites)
     for x, acc, m in access.per_read:
         d = prog.stmt_reads.setdefault(x.name, {})
         d[id(acc.buffer)] = d[id(acc.buffer)].union(m) if id(acc.buffer) in d else m

@@ -15,10 +15,10 @@ from ...errors import TensorlangError
 from ...ir.dtype import DType
 from ...ir.expr import (
     EQ, GE, GT, LE, LT, NE, Add, And, Call, Cast, CmpOp, Const, Div, Expr, FloorDiv, FloorMod,
-    Load, Max, Min, Mul, Not, Or, Select, Sub, Var,
+    IndexCheck, Load, Max, Min, Mul, Not, Or, Select, Sub, Var,
 )
 from ...ir.stmt import Allocate, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store
-from ...ir.visit import walk, walk_stmt
+from ...ir.visit import stmt_exprs, walk, walk_stmt
 from .half import f16_to_f32, f32_to_f16, f64_to_f16, native_conversions
 from .vector import VectorContext, check_vector_body, type_suffix
 
@@ -51,28 +51,24 @@ _INTRINSICS = {"exp", "log", "sqrt", "sin", "cos", "floor", "ceil", "fabs", "pow
 _LIBM = {"erf": ("erff", "erf")}
 
 
-def _stmt_exprs(s: Stmt) -> list[Expr]:
-    if isinstance(s, Store):
-        return [*s.indices, s.value]
-    if isinstance(s, For):
-        return [s.min, s.extent]
-    if isinstance(s, If):
-        return [s.cond]
-    if isinstance(s, Let):
-        return [s.value]
-    if isinstance(s, Allocate):
-        return list(s.buffer.shape)
-    return []
-
-
 def _has_side_effects_or_traps(e: Expr) -> bool:
-    """Whether evaluating `e` speculatively could read out of bounds (a load)."""
-    return any(isinstance(x, Load) for x in walk(e))
+    """Whether evaluating `e` speculatively could read out of bounds (a load) or stop the
+    kernel (an index check)."""
+    return any(isinstance(x, (Load, IndexCheck)) for x in walk(e))
 
 
 # a*b + c may become one fused multiply-add (one rounding instead of two), as in TVM and
 # Halide's LLVM backends; nothing else is reassociated. TL_FP_CONTRACT=0 turns it off.
 AOT_THREADS = -1  # `threads` of an object file's kernel: asks the runtime at each launch
+
+# A failed index check stops the kernel with this status after writing, once per call, the
+# global `<kernel>_tl_error`: [site + 1, index, extent, the iteration's first values...]
+STATUS_INDEX = 3
+ERROR_RECORD_LEN = 16
+
+
+def error_record_name(kernel: str) -> str:
+    return f"{kernel}_tl_error"
 
 
 class FunctionCodegen:
@@ -100,6 +96,8 @@ class FunctionCodegen:
         self.entry = self.fn.append_basic_block("entry")
         self.builder = ir.IRBuilder(self.fn.append_basic_block("body"))
         self.heap: list[ir.Value] = []
+        self.kernel = name
+        self.check_guard: ir.Value | None = None  # i1: some vector lane is on (scalar reads)
 
     def ty(self, d: DType) -> ir.Type:
         """The LLVM type of a value of dtype `d`: a vector inside a vectorized loop."""
@@ -200,7 +198,67 @@ class FunctionCodegen:
             return self.cast(self.expr(e.value), e.value.dtype, e.dtype)
         if isinstance(e, Call):
             return self.call(e)
+        if isinstance(e, IndexCheck):
+            return self.index_check(e)
         raise TensorlangError(f"llvm backend: unsupported expression {type(e).__name__}")
+
+    # ------------------------------------------------------------------- index checks
+    def index_check(self, e: IndexCheck) -> ir.Value:
+        """The index, after a check that it lies in [0, extent) (in every lane that is on)."""
+        b = self.builder
+        v = self.expr(e.index)
+        idx = self.to_i64(v, e.index.dtype)
+        ext = self.to_i64(self.expr(e.extent), e.extent.dtype)
+        if isinstance(idx.type, ir.VectorType):
+            lanes = idx.type.count
+            if not isinstance(ext.type, ir.VectorType):
+                ext = self.splat(ext)
+            bad = b.icmp_unsigned(">=", idx, ext)        # a negative index is huge unsigned
+            if self.vec is not None and self.vec.mask is not None:
+                bad = b.and_(bad, self.vec.mask)
+            bits = b.bitcast(bad, ir.IntType(lanes))
+            with b.if_then(b.icmp_unsigned("!=", bits, ir.Constant(bits.type, 0)),
+                           likely=False):
+                cttz = self._declare(f"llvm.cttz.i{lanes}", bits.type, [bits.type, I1])
+                lane = b.call(cttz, [bits, ir.Constant(I1, 1)])
+                lane = b.zext(lane, I32) if lanes < 32 else b.trunc(lane, I32) \
+                    if lanes > 32 else lane
+
+                def pick(x: ir.Value) -> ir.Value:
+                    return b.extract_element(x, lane) if isinstance(x.type, ir.VectorType) \
+                        else x
+
+                self.fail_check(e, pick(idx), pick(ext), pick)
+            return v
+        bad = b.icmp_unsigned(">=", idx, ext)
+        if self.check_guard is not None:
+            bad = b.and_(bad, self.check_guard)
+        with b.if_then(bad, likely=False):
+            self.fail_check(e, idx, ext, lambda x: x)
+        return v
+
+    def fail_check(self, e: IndexCheck, idx: ir.Value, ext: ir.Value, pick) -> None:
+        """Record the failure (the first one wins) and return STATUS_INDEX."""
+        b = self.builder
+        rec = self.module.globals.get(error_record_name(self.kernel))
+        if rec is None:
+            t = ir.ArrayType(I64, ERROR_RECORD_LEN)
+            rec = ir.GlobalVariable(self.module, t, error_record_name(self.kernel))
+            rec.initializer = ir.Constant(t, None)
+            rec.align = 8
+
+        def slot(k: int) -> ir.Value:
+            return b.gep(rec, [ir.Constant(I32, 0), ir.Constant(I32, k)])
+
+        pair = b.cmpxchg(slot(0), ir.Constant(I64, 0), ir.Constant(I64, e.site + 1),
+                         "monotonic", "monotonic")
+        with b.if_then(b.extract_value(pair, 1)):
+            b.store(idx, slot(1))
+            b.store(ext, slot(2))
+            for k, p in enumerate(e.point[:ERROR_RECORD_LEN - 3]):
+                val = self.to_i64(pick(self.expr(p)), p.dtype)
+                b.store(val, slot(3 + k))
+        b.ret(ir.Constant(I32, STATUS_INDEX))
 
     def arith(self, e) -> ir.Value:
         x, y = self.expr(e.a), self.expr(e.b)
@@ -507,7 +565,7 @@ class FunctionCodegen:
         used_vars: set[str] = set()
         used_bufs: dict[int, Buffer] = {}
         for st in walk_stmt(s.body):
-            for e in _stmt_exprs(st):
+            for e in stmt_exprs(st):
                 for x in walk(e):
                     if isinstance(x, Var):
                         used_vars.add(x.name)
@@ -540,6 +598,7 @@ class FunctionCodegen:
         sub = FunctionCodegen.__new__(FunctionCodegen)
         sub.module, sub.threads, sub.in_parallel, sub.vec = self.module, self.threads, True, None
         sub.fp_flags, sub.half_native = self.fp_flags, self.half_native
+        sub.kernel, sub.check_guard = self.kernel, None
         sub.fn, sub.ptrs, sub.env, sub.heap = fn, {}, {}, []
         sub.entry = fn.append_basic_block("entry")
         sub.builder = ir.IRBuilder(fn.append_basic_block("body"))

@@ -14,7 +14,7 @@ from ...errors import TensorlangError
 from ...ir.expr import Var
 from ...ir.stmt import Buffer, For, LoopKind, Stmt
 from ...ir.visit import walk_stmt
-from .codegen import emit_function
+from .codegen import ERROR_RECORD_LEN, emit_function, error_record_name
 from .pool import RUNTIME_SYMBOLS, ensure_pool
 from .symbols import check_symbols
 from .target import LLVMTarget, new_target_machine, target_machine
@@ -35,6 +35,17 @@ class Kernel:
 
     def assembly(self) -> str:
         return target_machine(self.target).emit_assembly(self.module)
+
+    def error_record(self) -> list[int] | None:
+        """The kernel's error record after a failed index check, cleared for the next call
+        (None when the kernel has no checks)."""
+        addr = self.engine.get_global_value_address(error_record_name(self.name))
+        if not addr:
+            return None
+        rec = (ctypes.c_int64 * ERROR_RECORD_LEN).from_address(addr)
+        out = list(rec)
+        ctypes.memset(addr, 0, ctypes.sizeof(rec))
+        return out
 
 
 class _KernelCache:

@@ -107,11 +107,15 @@ class VectorContext:
     def _scalar_address(self, cg, buf, idx) -> ir.Value:
         """The address of the first lane (or of every lane, for a uniform access)."""
         saved_vec, saved = cg.vec, cg.env.get(self.var)
+        saved_guard = cg.check_guard
+        # an index check made once for all lanes fails only if some lane is on
+        cg.check_guard = self._any_on(cg) if self.mask is not None else None
         cg.vec = None
         cg.env[self.var] = self.lo
         try:
             return cg.address(buf, idx)
         finally:
+            cg.check_guard = saved_guard
             cg.vec = saved_vec
             if saved is None:
                 del cg.env[self.var]

@@ -1,0 +1,109 @@
+"""Run-time index checks for the reads isl cannot prove in range.
+
+An affine read is checked exactly at build time (`bounds.py`). A read whose index depends on
+data (`A[I[i]]`) or is not affine (`A[i*i]`) cannot be: each of its indices is wrapped in an
+`IndexCheck` that the kernel evaluates, unless isl proves that dimension in range (an affine
+index beside a data-dependent one, e.g. the `d` of an embedding lookup `E[I[b], d]`, under
+the read's guards). A failed check stops the kernel with status 3 and records which check
+(`CheckSite`), the index and the iteration, so the call raises an error naming all three.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+
+from ..ir.dtype import int64
+from ..ir.expr import Expr, IndexCheck, Load, Var
+from ..ir.printer import expr_str
+from ..ir.visit import map_expr, map_stmt
+from .affine import affine_str
+from .model import Statement, access_map, statement_reads
+
+
+@dataclass(frozen=True)
+class CheckSite:
+    """One checked index: `stage` reads `tensor` at `access`; dimension `dim` is checked.
+    `axes` name the values of the iteration that a failure records."""
+
+    stage: str
+    tensor: str
+    access: str
+    dim: int
+    axes: tuple[str, ...]
+
+    def message(self, value: int, extent: int, point: tuple[int, ...]) -> str:
+        at = ", ".join(f"{a}={v}" for a, v in zip(self.axes, point))
+        where = f"dimension {self.dim}" if self.dim else "the first dimension"
+        return (f"index out of bounds: {self.stage}[{at}] reads {self.access}, whose index "
+                f"in {where} is {value}, outside {self.tensor}'s extent {extent} (valid "
+                f"0..{extent - 1}); indices that read data are checked at run time "
+                "(tl.build(..., checks=False) removes the checks when the indices are "
+                "known to be in range)")
+
+
+def _proven(st: Statement, index: Expr, guard, extent: Expr, params: str,
+            context: isl.Set) -> bool:
+    """Whether isl shows the affine `index` in [0, extent) wherever the read happens."""
+    ext = affine_str(extent)
+    if ext is None:
+        return False
+    box = isl.Set(f"[{params}] -> {{ X[a] : 0 <= a < {ext} }}")
+    m = access_map(st, None, (index,), guard, params, "X", box)
+    outside = m.intersect_params(context).subtract_range(box)
+    return outside.is_empty()
+
+
+def insert_index_checks(statements: list[Statement], names: dict[int, str],
+                        labels: dict[str, str], params: str,
+                        context: isl.Set) -> tuple[list[Statement], list[CheckSite]]:
+    """The statements with every unproven index of a non-affine read wrapped in an
+    IndexCheck, and the sites the checks refer to (site k is `sites[k]`)."""
+    sites: list[CheckSite] = []
+    out = []
+    for st in statements:
+        # (buffer, indices) of non-affine reads -> dims to check; one decision for every
+        # occurrence of the same read (an unproven occurrence makes all of them checked)
+        todo: dict[tuple, set[int]] = {}
+        for acc in statement_reads(st):
+            if acc.affine or id(acc.buffer) not in names:
+                continue
+            key = (id(acc.buffer), tuple(expr_str(i) for i in acc.indices))
+            dims = todo.setdefault(key, set())
+            for d, (ix, ext) in enumerate(zip(acc.indices, acc.buffer.shape)):
+                if affine_str(ix) is None or not _proven(st, ix, acc.guard, ext, params,
+                                                         context):
+                    dims.add(d)
+        if not any(todo.values()):
+            out.append(st)
+            continue
+        point = tuple(Var(d, int64) for d in st.dims)
+        site_of: dict[tuple, int] = {}
+
+        def wrap(e: Expr, todo=todo, point=point, site_of=site_of, st=st) -> Expr | None:
+            if not isinstance(e, Load):
+                return None
+            # inner reads are wrapped first: compare the indices without their checks
+            key = (id(e.buffer), tuple(expr_str(strip_index_checks(i)) for i in e.indices))
+            dims = todo.get(key)
+            if not dims:
+                return None
+            idx = list(e.indices)
+            for d in sorted(dims):
+                if (key, d) not in site_of:
+                    site_of[(key, d)] = len(sites)
+                    sites.append(CheckSite(labels.get(st.stage, st.stage), e.buffer.name,
+                                           f"{e.buffer.name}[{', '.join(key[1])}]", d,
+                                           st.dims))
+                idx[d] = IndexCheck(idx[d], e.buffer.shape[d], site_of[(key, d)], point)
+            return Load(e.buffer, tuple(idx))
+
+        body = map_stmt(st.body, lambda e, wrap=wrap: map_expr(e, wrap))
+        out.append(Statement(st.name, st.stage, st.dims, st.domain, body, st.is_init))
+    return out, sites
+
+
+def strip_index_checks(e: Expr) -> Expr:
+    """`e` without its checks (for `tl.build(..., checks=False)`)."""
+    return map_expr(e, lambda x: x.index if isinstance(x, IndexCheck) else None)
