@@ -23,6 +23,7 @@ import numpy as np
 
 from .errors import TensorlangError
 from .backends.llvm.aot import C_TYPES
+from .backends.llvm.codegen import ERROR_RECORD_LEN, error_record_name
 from .target import Target
 
 
@@ -90,6 +91,10 @@ def harness_source(f) -> str:
         lines.append(f"  int64_t s{j} = strtoll(argv[{base + j}], 0, 10);")
     call = [f"a{i}" for i in range(len(low.buffers))] + [f"s{j}" for j in range(len(low.params))]
     lines.append(f"  int32_t status = {f.name}({', '.join(call)});")
+    if low.checks:  # a failed index check: its record, for the error message
+        rec = error_record_name(f.name)
+        lines += [f"  if (status == 3) for (int k = 0; k < {ERROR_RECORD_LEN}; k++)",
+                  f'    printf("%lld\\n", (long long){rec}[k]);']
     written = sorted(_buffer_index(f, i) for i in f.written)
     for i in written:
         lines.append(f"  store(argv[{2 + 2 * i}], a{i}, bytes[{i}]);")
@@ -147,6 +152,8 @@ def run_emulated(f, *arrays, threads: int | None = None, timeout: float = 300) -
                            timeout=timeout, env=env)
         if r.returncode == 2:
             raise TensorlangError(f"{f.name}: the kernel refused these sizes (status 2)")
+        if r.returncode == 3 and f.lowered.checks:
+            raise f.status_error(3, [int(x) for x in r.stdout.split()[-ERROR_RECORD_LEN:]])
         if r.returncode != 0:
             raise TensorlangError(f"run_emulated: {' '.join(chain.runner) or 'the program'} "
                                   f"exited with status {r.returncode}:\n{r.stderr}")

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from llvmlite import ir
 
 from ...errors import TensorlangError
-from ...ir.expr import Add, Cast, Const, Expr, Load, Mul, Sub, Var
+from ...ir.expr import Add, Cast, Const, Expr, IndexCheck, Load, Mul, Sub, Var
 from ...ir.stmt import Let, Store
 from ...ir.visit import substitute, walk
 
@@ -54,6 +54,8 @@ def linear_coeff(e: Expr, var: str) -> int | None:
         if b is not None and a == 0 and isinstance(e.a, Const):
             return b * int(e.a.value)
         return None
+    if isinstance(e, IndexCheck):  # its value is the index's (the iteration is for messages)
+        return linear_coeff(e.index, var)
     if isinstance(e, Cast) and e.dtype.is_int and e.value.dtype.is_int and \
             e.dtype.bits >= e.value.dtype.bits:
         return linear_coeff(e.value, var)
