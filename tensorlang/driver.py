@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import islpy as isl
 
+from .deep import deep
 from .config import timed
 from .errors import BoundsError, IndexBoundsError, TensorlangError
 from .schedule.lower import LoweredFunc, lower
@@ -177,6 +178,7 @@ _LIBC = {f + suffix for f in ("exp", "log", "sin", "cos", "tan", "tanh", "sqrt",
                                          "pthread_create", "pthread_join", "abort"}
 
 
+@deep
 def build(s: Schedule, args, target="llvm", name: str = "main", checks: bool = True) -> Module:
     """Lower `s` and compile it; `args` are the tensors (and tl.var sizes) of the signature.
 

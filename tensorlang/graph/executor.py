@@ -21,6 +21,7 @@ from .node import GraphError, Node, topological_order
 from .ops import OPS
 
 _KERNELS: dict[tuple, tuple] = {}
+MAX_INPUTS = 64  # arrays one fused kernel reads
 
 
 def _lanes(dtype: str) -> int:
@@ -150,16 +151,10 @@ def compile_group(members: tuple, shapes: tuple, dtypes: tuple):
         kinds.append(kind)
     out = tensors[-1]
     anchor = next((t for t, k in zip(tensors[:-1], kinds) if k == "matmul"), None)
+    _inline_members(tensors, anchor)
 
     def fresh():
-        s = tl.create_schedule(out)
-        for t in tensors[:-1]:
-            if t is anchor:
-                continue
-            for st in list(s.stages):
-                if st.op is t.op:
-                    st.compute_inline()
-        return s
+        return tl.create_schedule(out)
     s = default_schedule(out, "matmul" if anchor is not None else kinds[-1],
                          _work(tshapes[-1], shapes), fresh, anchor)
     read = {id(t.op) for t in s.placeholders}
@@ -168,6 +163,33 @@ def compile_group(members: tuple, shapes: tuple, dtypes: tuple):
     mod = tl.build(s, [*(ins[k] for k in used), out], name=name)
     _KERNELS[key] = (mod, used)
     return mod, used
+
+
+def _inline_members(tensors: list, keep) -> None:
+    """Give the last tensor's compute the bodies of the other members (all but `keep`)
+    substituted in, as compute_inline would, but at the TE level and in time linear in the
+    members' sizes: a member read at its own axes contributes its expression as it is (not
+    a copy), so a chain of 10,000 elementwise nodes fuses in one pass, with no schedule and
+    dependence analysis per member."""
+    from ..ir.expr import Load, Var
+    from ..ir.visit import map_expr, substitute
+
+    inlined: dict[int, tuple[list[str], object]] = {}
+    for t in tensors:
+        def fn(e):
+            if isinstance(e, Load) and id(e.buffer) in inlined:
+                axis, value = inlined[id(e.buffer)]
+                if all(isinstance(x, Var) and x.name == a for x, a in zip(e.indices, axis)):
+                    return value
+                return substitute(value, dict(zip(axis, e.indices)))
+            return None
+
+        body = map_expr(t.op.body, fn)
+        if t is tensors[-1]:
+            if body is not t.op.body:
+                t.op.set_body(body)
+        elif t is not keep:
+            inlined[id(t)] = ([a.name for a in t.op.axis], body)
 
 
 @dataclass
@@ -208,28 +230,36 @@ def _groups(order, shapes, dtypes, outputs) -> list[list[Node]]:
             kinds[n.id] = _kind(n.op, n.attrs, tuple(shapes[i.id] for i in n.inputs),
                                 tuple(dtypes[i.id] for i in n.inputs))
     keep = {o.id for o in outputs}
-    into: dict[int, int] = {}      # node id -> the id of the node whose group it joins
-    for n in order:
+    # elementwise readers are decided before their producers (reverse order), so that each
+    # group's inputs are known when a producer asks to join it; at most MAX_INPUTS each
+    root: dict[int, int] = {}                 # node id -> the id of its group's output
+    inputs: dict[int, set[int]] = {}          # group -> the node ids it reads
+    for n in reversed(order):
+        if n.op in ("variable", "constant"):
+            continue
+        mine = {i.id for i in n.inputs}
         rs = readers.get(n.id, [])
-        if (kinds.get(n.id) == "elementwise" and _joins(n, rs, kinds, shapes, keep)):
-            into[n.id] = rs[0].id
-
-    def root(i: int) -> int:
-        while i in into:
-            i = into[i]
-        return i
+        if kinds.get(n.id) == "elementwise" and _joins(n, rs, kinds, shapes, keep):
+            r = root[rs[0].id]
+            grown = (inputs[r] - {n.id}) | mine
+            if len(grown) <= MAX_INPUTS:
+                root[n.id], inputs[r] = r, grown
+                continue
+        root[n.id], inputs[n.id] = n.id, mine
     anchored = set()               # a matmul heads at most one group, as its epilogue
     for n in order:
         rs = readers.get(n.id, [])
         if kinds.get(n.id) == "matmul" and _joins(n, rs, kinds, shapes, keep):
-            r = root(rs[0].id)
-            if r not in anchored:
+            r = root[rs[0].id]
+            grown = (inputs[r] - {n.id}) | inputs[n.id]
+            if r not in anchored and len(grown) <= MAX_INPUTS:
                 anchored.add(r)
-                into[n.id] = rs[0].id
+                del inputs[n.id]
+                root[n.id], inputs[r] = r, grown
     members: dict[int, list[Node]] = {}
     for n in order:
-        if n.op not in ("variable", "constant"):
-            members.setdefault(root(n.id), []).append(n)
+        if n.id in root:
+            members.setdefault(root[n.id], []).append(n)
     return [members[n.id] for n in order if n.id in members]
 
 

@@ -25,7 +25,7 @@ from .dtype import (
 Scalar = int | float | bool
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Expr:
     """Base class of all scalar expressions."""
 
@@ -148,7 +148,7 @@ class Expr:
 
 
 # ---------------------------------------------------------------------------------- leaves
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Var(Expr):
     """A named integer variable: a loop index, an axis, or a symbolic size."""
 
@@ -162,7 +162,7 @@ class ReduceVar(Var):
     __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Const(Expr):
     value: Scalar
     dtype: DType
@@ -180,7 +180,7 @@ class Const(Expr):
 
 
 # ----------------------------------------------------------------------- binary arithmetic
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class BinaryOp(Expr):
     a: Expr
     b: Expr
@@ -230,7 +230,7 @@ class Max(BinaryOp):
 
 
 # ------------------------------------------------------------------- comparisons and logic
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class CmpOp(Expr):
     a: Expr
     b: Expr
@@ -267,28 +267,28 @@ class NE(CmpOp):
         return structural_key(self.a) != structural_key(self.b)
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class And(Expr):
     a: Expr
     b: Expr
     dtype: DType = bool_
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Or(Expr):
     a: Expr
     b: Expr
     dtype: DType = bool_
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Not(Expr):
     a: Expr
     dtype: DType = bool_
 
 
 # ------------------------------------------------------------------------------ the rest
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Select(Expr):
     """`true_value` where `cond` holds, else `false_value`; only the taken arm is evaluated."""
 
@@ -302,13 +302,13 @@ class Select(Expr):
             object.__setattr__(self, "dtype", self.true_value.dtype)
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Cast(Expr):
     dtype: DType
     value: Expr
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Call(Expr):
     """A math function (exp, log, sqrt, tanh, erf, pow, floor, ceil, abs, ...)."""
 
@@ -317,7 +317,7 @@ class Call(Expr):
     dtype: DType
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Load(Expr):
     """Read one element of a tensor or buffer (anything with .name, .dtype, .shape)."""
 
@@ -330,7 +330,7 @@ class Load(Expr):
             object.__setattr__(self, "dtype", self.buffer.dtype)
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class IndexCheck(Expr):
     """`index`, checked when it is evaluated to lie in [0, `extent`): an index isl cannot prove
     in range (it reads a tensor, or is not affine). Outside it, the kernel stops and returns

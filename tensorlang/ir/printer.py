@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..deep import deep_call
 from .expr import (
     EQ, GE, GT, LE, LT, NE, Add, And, Call, Cast, Const, Div, Expr, FloorDiv, FloorMod, Load,
     Max, Min, Mul, Not, Or, Select, Sub, Var,
@@ -58,7 +59,7 @@ def _expr(e: Expr, prec: int = 0) -> str:
 
 
 def expr_str(e: Expr) -> str:
-    return _expr(e)
+    return deep_call(_expr, e)
 
 
 def _range_str(f: For) -> str:
@@ -104,5 +105,5 @@ def _stmt(s: Stmt, indent: int, out: list[str]) -> None:
 
 def stmt_str(s: Stmt, indent: int = 0) -> str:
     out: list[str] = []
-    _stmt(s, indent, out)
+    deep_call(_stmt, s, indent, out)
     return "\n".join(out)

@@ -19,6 +19,7 @@ from fractions import Fraction
 
 import islpy as isl
 
+from ..deep import deep
 from ..errors import TensorlangError
 from ..ir.expr import Add, Call, Div, Expr, Max, Min, Mul, Sub
 from ..ir.stmt import Store
@@ -123,6 +124,7 @@ def _flops(body) -> int:
     return n
 
 
+@deep
 def analyze(s: Schedule, args, sizes: dict[str, int] | None = None) -> Report:
     """Exact counts for a schedule at concrete sizes (`sizes` binds the tl.var sizes).
 

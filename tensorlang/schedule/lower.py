@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import islpy as isl
 
+from ..deep import deep
 from ..config import debug_print, timed
 from ..errors import TensorlangError
 from ..ir.expr import Expr, IndexCheck, Load, Var
@@ -108,6 +109,7 @@ def refusal(violations, params: list[Var]) -> Expr | None:
     return bad
 
 
+@deep
 def lower(s: Schedule, args, name: str = "main", checks: bool = True) -> LoweredFunc:
     """Check the schedule and generate its loop nest. Indices that isl cannot prove in range
     (they read data) are checked when the kernel runs, unless `checks` is False.

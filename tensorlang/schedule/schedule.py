@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ..deep import deep
 from ..errors import ScheduleError, TensorlangError
 from ..ir.stmt import LoopKind
 from ..polyhedral.transform import (
@@ -518,6 +519,7 @@ def _topological_ops(outputs: list[Tensor]) -> list[Operation]:
     return order
 
 
+@deep
 def create_schedule(outputs) -> Schedule:
     """A schedule for `outputs` (a tensor or a list of tensors) in the declared loop order."""
     outs = outputs if isinstance(outputs, (list, tuple)) else [outputs]

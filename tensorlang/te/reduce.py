@@ -35,7 +35,7 @@ class CommReducer:
         return tuple(substitute(r, m) for r in self.result)
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Reduce(Expr):
     """combiner over `axis` of `source` (where `where` holds); the value is result[value_index]."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 
+from ..deep import deep
 from ..errors import TensorlangError
 from ..ir.dtype import DType, as_dtype, int32
 from ..ir.expr import Const, Expr, Load, ReduceVar, Var, as_expr, same
@@ -282,6 +283,7 @@ def _spatial_axes(kind: str, name: str, shape, fcompute, skip: int):
     return who, shape, axis
 
 
+@deep
 def compute(shape, fcompute, name: str = "compute") -> Tensor:
     """A tensor whose element at each index is `fcompute(*index)`.
 
@@ -298,6 +300,7 @@ def compute(shape, fcompute, name: str = "compute") -> Tensor:
     return ComputeOp(name, axis, body, body.dtype).output
 
 
+@deep
 def recurrence(shape, fcompute, dtype: str | DType = "float32",
                name: str = "recurrence") -> Tensor:
     """A tensor whose elements may read its own earlier elements: `fcompute(self, *index)`.

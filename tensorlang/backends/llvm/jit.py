@@ -20,6 +20,7 @@ from .symbols import check_symbols
 from .target import LLVMTarget, new_target_machine, target_machine
 
 _CACHE_SIZE = 256
+MAX_CALL_ARGS = 1024  # ctypes' limit on a foreign function's arguments
 
 
 @dataclass
@@ -103,8 +104,19 @@ def parse_and_optimise(text: str, tm: llvm.TargetMachine, link=None) -> llvm.Mod
     return mod
 
 
+# LLVM's loop vectorizer takes time superlinear in a loop body's size (30 s for a 10,000-op
+# body); above this many instructions it is left out and says so at TL_DEBUG=1 (loops that
+# `vectorize` names are vector IR already and stay vectorised)
+AUTO_VECTORIZE_MAX_INSTRUCTIONS = 8_000
+
+
 def optimise(mod: llvm.ModuleRef, tm: llvm.TargetMachine) -> None:
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    size = sum(1 for f in mod.functions for b in f.blocks for _ in b.instructions)
+    if size > AUTO_VECTORIZE_MAX_INSTRUCTIONS:
+        debug_print(1, f"llvm: {size} instructions; LLVM's automatic loop vectorization is "
+                       "off for this module (too slow at this size)")
+        pto.loop_vectorization = False
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
 
@@ -114,6 +126,11 @@ def compile_kernel(name: str, buffers: list[Buffer], params: list[Var], body: St
     """LLVM IR for the loop nest, optimised at O3 for `target` and JIT-compiled."""
     if not target.is_host:
         raise TensorlangError(f"internal: cannot run code for {target} in this process")
+    if len(buffers) + len(params) > MAX_CALL_ARGS:
+        raise TensorlangError(
+            f"build: kernel {name} takes {len(buffers)} tensors and {len(params)} sizes; a "
+            f"kernel called from Python takes at most {MAX_CALL_ARGS} arguments (ctypes); "
+            "split the computation, or build it for an object file (save) and call it from C")
     threads = ensure_pool(new_target_machine(target)) if has_parallel_loop(body) else 1
     with timed("llvm codegen"):
         text = str(make_module(name, buffers, params, body, target, threads))
