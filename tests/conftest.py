@@ -59,3 +59,5 @@ def build(outputs, args, target="llvm"):
 def pytest_addoption(parser):
     parser.addoption("--legality-examples", type=int, default=2000,
                      help="examples of the legality-vs-brute-force property test")
+    parser.addoption("--fuzz-examples", type=int, default=2000,
+                     help="examples of the whole-pipeline differential fuzzer")

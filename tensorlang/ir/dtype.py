@@ -115,7 +115,8 @@ def weak_dtype(value: object, other: DType) -> DType:
     if isinstance(value, (bool, np.bool_)):
         return other
     if isinstance(value, (int, np.integer)) and not isinstance(value, np.integer):
-        return other if not other.is_bool else int32.with_lanes(other.lanes)
+        # bool with a Python int: numpy's default integer (int64), as numpy gives
+        return other if not other.is_bool else int64.with_lanes(other.lanes)
     if isinstance(value, float):
         return other if other.is_float else float64.with_lanes(other.lanes)
     return promote(dtype_of_python(value), other)

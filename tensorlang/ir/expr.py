@@ -406,7 +406,14 @@ def as_expr(value: object, like: DType | None = None) -> Expr:
         return convert()
     if isinstance(value, (bool, int, float, np.number, np.bool_)):
         if like is not None and not isinstance(value, (np.number, np.bool_)):
-            return Const(value, weak_dtype(value, like.element))
+            dt = weak_dtype(value, like.element)
+            if dt.is_int and not isinstance(value, bool) and \
+                    not dt.min_value() <= value <= dt.max_value():
+                # numpy (NEP 50) refuses it too: uint8_array + (-3) is an OverflowError
+                raise TensorlangError(f"the Python integer {value} does not fit {dt}, the "
+                                      f"type of the expression it is combined with; convert "
+                                      f"one of them with .astype()")
+            return Const(value, dt)
         return const(value)
     raise TensorlangError(
         f"expected an expression or a number, got {type(value).__name__} {value!r}"

@@ -105,6 +105,9 @@ class Stage:
 
     def _apply(self, new, call: str, removed: tuple[str, ...] = (), check_all: bool = False,
                renamed: dict[str, str] | None = None) -> None:
+        if self.inlined:
+            raise ScheduleError(f"{call.split('(')[0]}: stage {self.id} was inlined into its "
+                                "readers (compute_inline); it has no loops of its own")
         new = self._refresh_tags(new, call)
         states = {st.id: st.state for st in self.schedule.stages}
         states[self.id] = new
@@ -291,7 +294,7 @@ class Stage:
 
     def compute_root(self) -> None:
         """Compute this stage in full before the stages that read it (the default)."""
-        if self.state.attach is None:
+        if self.state.attach is None and not self.inlined:
             return
         new = replace(self.state, attach=None, trace=self.state.trace + ("compute_root()",))
         self._apply(new, "compute_root()", check_all=True)
@@ -300,6 +303,8 @@ class Stage:
         """Substitute this stage's expression into every stage that reads it; the stage
         disappears (no loops, no buffer)."""
         sch = self.schedule
+        if self.inlined:
+            raise ScheduleError(f"compute_inline: {self.id} is inlined already")
         if self.op.reduce_axis or self.op.is_recurrence:
             kind = "a reduction" if self.op.reduce_axis else "a recurrence"
             raise ScheduleError(f"compute_inline: {self.id} is {kind}; only a pure "

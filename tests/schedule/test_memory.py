@@ -475,3 +475,17 @@ def test_pack_misuse():
         s.pack(B, 2, 4)
     with pytest.raises(tl.ScheduleError, match="factor must be >= 1"):
         s.pack(B, 1, 0)
+
+
+def test_primitives_on_an_inlined_stage_are_refused():
+    A = tl.placeholder((8,), name="A")
+    P = tl.compute((8,), lambda i: A[i] * 2.0, name="P")
+    C = tl.compute((8,), lambda i: P[i] + 1.0, name="C")
+    s = tl.create_schedule(C)
+    s[P].compute_inline()
+    for prim in (lambda: s[P].compute_inline(), lambda: s[P].compute_root(),
+                 lambda: s[P].split(P.op.axis[0], factor=2),
+                 lambda: s[P].compute_at(s[C], C.op.axis[0]),
+                 lambda: s[P].parallel(P.op.axis[0])):
+        with pytest.raises(tl.ScheduleError, match="inlined"):
+            prim()

@@ -225,3 +225,16 @@ def test_zero_dimensional_tensors(rng):
     a, b, c = np.array(3.0, "float32"), np.arange(5, dtype="float32"), np.zeros(5, "float32")
     f(a, b, c)
     np.testing.assert_array_equal(c, b * 3)
+
+
+def test_python_ints_with_bools_and_out_of_range_like_numpy():
+    # found by the pipeline fuzzer: bool + 0 is numpy's default int (int64), and a Python
+    # int that does not fit the other operand's type is refused, as numpy refuses it
+    B = tl.placeholder((4,), "bool", name="B")
+    assert (B[0] + 0).dtype.name == str((np.zeros(1, bool) + 0).dtype)
+    U = tl.placeholder((4,), "uint8", name="U")
+    with pytest.raises(tl.TensorlangError, match="-3 does not fit uint8"):
+        U[0] + (-3)
+    with pytest.raises(OverflowError):
+        np.zeros(1, np.uint8) + (-3)
+    assert (U[0] + 255).dtype.name == "uint8"
