@@ -188,3 +188,17 @@ def test_matmul_output_is_stored_when_it_is_also_an_output():
     mv, rv = ex.run({a: av, b: bv})
     np.testing.assert_allclose(mv, av @ bv, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(rv, np.maximum(av @ bv, 0), rtol=1e-5, atol=1e-5)
+
+
+def test_batched_times_2d_matmul_gradient_compiles():
+    # the attention projection's gradient failed with "Instruction does not dominate all
+    # uses": a loop variable of an earlier loop nest stayed bound in the code generator and
+    # a later parallel loop captured it (found again by the pipeline fuzzer)
+    a, b = G.Variable("a", (50, 8, 16), "float32"), G.Variable("b", (16, 16), "float32")
+    ga, gb = G.gradients(G.sum(G.matmul(a, b)), [a, b])
+    av = R.standard_normal((50, 8, 16)).astype("f4")
+    bv = R.standard_normal((16, 16)).astype("f4")
+    got_a, got_b = G.Executor([ga, gb]).run({a: av, b: bv})
+    np.testing.assert_allclose(got_a, np.ones((50, 8, 16)) @ bv.T, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got_b, np.einsum("bik,bij->kj", av, np.ones((50, 8, 16))),
+                               rtol=1e-4, atol=1e-3)

@@ -8,6 +8,8 @@ Buffers are flattened here: the element (i, j) of a [n, m] buffer is at i*m + j.
 
 from __future__ import annotations
 
+import contextlib
+
 from llvmlite import ir
 
 from ...config import fp_contract
@@ -494,8 +496,9 @@ class FunctionCodegen:
             self.vec.let(self, s)
             self.stmt(s.body)
         elif isinstance(s, Let):
-            self.env[s.var.name] = self.cast(self.expr(s.value), s.value.dtype, s.var.dtype)
-            self.stmt(s.body)
+            value = self.cast(self.expr(s.value), s.value.dtype, s.var.dtype)
+            with self.bound(s.var.name, value):
+                self.stmt(s.body)
         elif isinstance(s, Allocate):
             self.allocate(s)
         else:
@@ -510,12 +513,9 @@ class FunctionCodegen:
         b = self.builder
         lo = self.to_i64(self.expr(s.min), s.min.dtype)
         if isinstance(s.extent, Const) and s.kind is LoopKind.UNROLLED:
-            saved = self.env.get(s.var.name)
             for k in range(int(s.extent.value)):
-                self.env[s.var.name] = b.add(lo, ir.Constant(I64, k))
-                self.stmt(s.body)
-            if saved is not None:
-                self.env[s.var.name] = saved
+                with self.bound(s.var.name, b.add(lo, ir.Constant(I64, k))):
+                    self.stmt(s.body)
             return
         if isinstance(s.extent, Const) and s.kind is LoopKind.VECTORIZED and s.extent.value > 1:
             check_vector_body(s.body)
@@ -532,6 +532,21 @@ class FunctionCodegen:
         hi = b.add(lo, self.to_i64(self.expr(s.extent), s.extent.dtype))
         self.serial_loop(s.var.name, lo, hi, s.body)
 
+    @contextlib.contextmanager
+    def bound(self, name: str, value: ir.Value):
+        """`name` means `value` inside the block, and what it meant before (or nothing)
+        after it: a stale loop variable would otherwise be captured by a later parallel
+        loop's closure (an SSA value that does not dominate its use)."""
+        saved = self.env.get(name)
+        self.env[name] = value
+        try:
+            yield
+        finally:
+            if saved is None:
+                del self.env[name]
+            else:
+                self.env[name] = saved
+
     def serial_loop(self, name: str, lo: ir.Value, hi: ir.Value, body_stmt: Stmt) -> None:
         b = self.builder
         pre = b.block
@@ -544,15 +559,12 @@ class FunctionCodegen:
         i.add_incoming(lo, pre)
         b.cbranch(b.icmp_signed("<", i, hi), body, end)
         b.position_at_end(body)
-        saved = self.env.get(name)
-        self.env[name] = i
-        self.stmt(body_stmt)
+        with self.bound(name, i):
+            self.stmt(body_stmt)
         nxt = b.add(i, ir.Constant(I64, 1), flags=["nsw"])
         i.add_incoming(nxt, b.block)
         b.branch(head)
         b.position_at_end(end)
-        if saved is not None:
-            self.env[name] = saved
 
     def parallel_loop(self, s: For, lo: ir.Value) -> None:
         """Outline the loop into `i32 fn(i64 task, closure*)` and run it on the thread pool.
