@@ -6,7 +6,9 @@ from .errors import (  # noqa: F401
 from .ir.dtype import DType  # noqa: F401
 from .ir.expr import Expr, Var, const  # noqa: F401
 from .driver import Module, build  # noqa: F401
-from .schedule import LoweredFunc, Schedule, Stage, create_schedule, lower  # noqa: F401
+from .schedule import (  # noqa: F401
+    LoweredFunc, Schedule, Stage, ThreadAxis, create_schedule, lower, thread_axis,
+)
 from .schedule.analyze import Report, analyze  # noqa: F401
 from .target import Target  # noqa: F401
 from . import aot  # noqa: F401,E402

@@ -29,10 +29,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tensorlang as tl
-from tensorlang.ir.interp import run_lowered
+from tensorlang.ir.interp import ieee_minmax, run_lowered
 
 FLOATS = ("float16", "float32", "float64")
-INTS = ("int8", "int32", "int64", "uint8")
+INTS = ("int8", "int16", "int32", "int64", "uint8")
 DTYPES = FLOATS + INTS + ("bool",)
 ROWS = (1, 2, 3, 5, 7, 13, 16, 17, 33)
 COLS = (1, 3, 4, 8, 9)
@@ -168,7 +168,8 @@ def np_expr(node, arrays, stage):
     if k == "bin":
         a, b = np_expr(node[2], arrays, stage), np_expr(node[3], arrays, stage)
         return {"add": np.add, "sub": np.subtract, "mul": np.multiply,
-                "maximum": np.maximum, "minimum": np.minimum, "floordiv": np.floor_divide,
+                "maximum": lambda x, y: ieee_minmax(x, y, False),
+                "minimum": lambda x, y: ieee_minmax(x, y, True), "floordiv": np.floor_divide,
                 "mod": np.mod, "truediv": np.true_divide}[node[1]](a, b)
     if k == "un":
         a = np_expr(node[2], arrays, stage)
@@ -317,11 +318,30 @@ def apply_schedule(s, out, stage, steps, draw_int):
             pass  # refused (illegal or unsupported): the schedule is unchanged
 
 
-def _same(got, ref, exact, dtype):
+TOL = {"float16": 2e-2, "float32": 2e-5, "float64": 1e-12}
+
+
+def _floats_in(p) -> set[str]:
+    """Every float dtype a value of the program takes (inputs, stages, casts)."""
+    out = {d for d in p["dtypes"]}
+    stack = [p["body"][0]] + ([p["producer"][0]] if p["producer"] else [])
+    out.add(p["body"][1])
+    if p["producer"]:
+        out.add(p["producer"][1])
+    while stack:
+        node = stack.pop()
+        if node[0] == "cast":
+            out.add(node[1])
+        stack.extend(x for x in node[1:] if isinstance(x, tuple))
+    return {d for d in out if d in TOL}
+
+
+def _same(got, ref, exact, dtype, floats=()):
     if exact or np.dtype(dtype).kind in "iub":
         np.testing.assert_array_equal(got, ref)
         return
-    tol = {"float16": 2e-2, "float32": 2e-5, "float64": 1e-12}[dtype]
+    # the coarsest float the program went through bounds the error
+    tol = max(TOL[d] for d in {dtype, *floats})
     scale = np.nanmax(np.abs(ref[np.isfinite(ref)]), initial=1.0)
     np.testing.assert_allclose(got.astype(np.float64), ref.astype(np.float64), rtol=tol,
                                atol=tol * scale, equal_nan=True)
@@ -370,13 +390,13 @@ def check_program(p, steps, picks):
     low = tl.lower(s, args)
     got_i = np.zeros(ref.shape, dt)
     run_lowered(low, [*arrays, got_i])
-    _same(got_i, ref, exact, dt)
+    _same(got_i, ref, exact, dt, _floats_in(p))
     targets = ["llvm", "llvm -mcpu=x86-64"]
     for t in targets:
         f = tl.build(s, args, target=t)
         got = np.zeros(ref.shape, dt)
         f(*arrays, got)
-        _same(got, ref, exact, dt)
+        _same(got, ref, exact, dt, _floats_in(p))
     COUNTER["n"] += 1
     if COUNTER["n"] % 25 == 0 and os.environ.get("TL_FUZZ_QEMU", "1") != "0":
         from tensorlang.aot import ToolchainMissing, run_emulated
@@ -387,7 +407,7 @@ def check_program(p, steps, picks):
             run_emulated(g, *arrays, got)
         except ToolchainMissing:
             return
-        _same(got, ref, exact, dt)
+        _same(got, ref, exact, dt, _floats_in(p))
 
 
 def test_fuzz_pipeline_against_numpy_and_interpreter(request):

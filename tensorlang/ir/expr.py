@@ -462,7 +462,12 @@ def binary(cls: type[BinaryOp], a: object, b: object) -> Expr:
 
 
 def true_divide(a: object, b: object) -> Expr:
-    """`a / b`: floats divide; integers are converted to float64 first, as in numpy."""
+    """`a / b`: floats divide; integers are converted to float64 first, as in numpy (so a
+    Python int beside an int8 tensor is a float64 value, not an int8 one)."""
+    floats = any(isinstance(x, Expr) and x.dtype.is_float for x in (a, b))
+    if not floats:
+        a, b = (cast(float64.with_lanes(x.dtype.lanes), x) if isinstance(x, Expr) else x
+                for x in (a, b))
     return binary(Div, a, b)
 
 

@@ -26,6 +26,19 @@ _CALLS = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "sin": np.sin, "cos": n
           "isnan": np.isnan}
 
 
+def ieee_minmax(a, b, smaller: bool):
+    """numpy's minimum/maximum (NaN wins), with -0.0 below +0.0 as IEEE 754-2019 (and the
+    compiled code) order them; numpy leaves the sign of a zero result unspecified."""
+    out = np.minimum(a, b) if smaller else np.maximum(a, b)
+    if np.asarray(out).dtype.kind == "f":
+        zeros = (np.asarray(a) == 0) & (np.asarray(b) == 0)
+        if np.any(zeros):
+            neg = np.signbit(a) | np.signbit(b) if smaller else np.signbit(a) & np.signbit(b)
+            out = np.where(zeros, np.where(neg, -0.0, 0.0).astype(np.asarray(out).dtype), out)
+            out = out[()] if np.ndim(out) == 0 else out
+    return out
+
+
 def _scalar(v, dtype):
     return dtype.np.type(v)
 
@@ -97,9 +110,9 @@ class Interpreter:
         if isinstance(e, Div):
             return a / b
         if isinstance(e, Min):
-            return np.minimum(a, b)
+            return ieee_minmax(a, b, True)
         if isinstance(e, Max):
-            return np.maximum(a, b)
+            return ieee_minmax(a, b, False)
         if isinstance(e, (FloorDiv, FloorMod)):
             if e.dtype.is_int and b == 0:
                 return _scalar(0, e.dtype)
@@ -135,9 +148,13 @@ class Interpreter:
             self.env[s.var.name] = saved
         elif isinstance(s, Allocate):
             shape = tuple(int(self.expr(x)) for x in s.buffer.shape)
-            self.mem[id(s.buffer)] = np.zeros(shape, s.buffer.dtype.np)
+            outer = self.mem.get(id(s.buffer))  # an allocation of the same buffer inside
+            self.mem[id(s.buffer)] = np.zeros(shape, s.buffer.dtype.np)   # another one
             self.stmt(s.body)
-            del self.mem[id(s.buffer)]
+            if outer is None:
+                del self.mem[id(s.buffer)]
+            else:
+                self.mem[id(s.buffer)] = outer
         else:
             raise TensorlangError(f"interp: unsupported statement {type(s).__name__}")
 

@@ -258,8 +258,24 @@ class Stage:
         """Run a loop's iterations on the thread pool (TL_NUM_THREADS threads)."""
         self._tag(loop, "parallel", LoopKind.PARALLEL)
 
-    def bind(self, *args, **kwargs):
-        self._not_yet("bind")
+    def bind(self, loop, thread) -> None:
+        """Run a loop's iterations as GPU blocks or threads: `thread` is
+        `tl.thread_axis("blockIdx.x")` (or y, z; threadIdx.x/y/z) or that name. Like
+        `parallel`, it is refused with a witness when the loop carries a dependence; each
+        index binds at most one loop of a stage. Kernels with bound loops build for
+        target="cuda" only."""
+        tag = thread.tag if isinstance(thread, ThreadAxis) else thread
+        if tag not in THREAD_TAGS:
+            raise ScheduleError(f"bind: thread must be tl.thread_axis(name) or a name among "
+                                f"{', '.join(THREAD_TAGS)}, got {thread!r}")
+        name = self._loop(loop, "bind", "loop")
+        for lp in self.state.loops:
+            if lp.thread_tag == tag and lp.name != name:
+                raise ScheduleError(f"bind: {tag} already binds loop {lp.name} of stage "
+                                    f"{self.id}; each GPU index binds one loop")
+        kind = LoopKind.GPU_BLOCK if tag.startswith("blockIdx") else LoopKind.GPU_THREAD
+        new = tag_dim(self.state, name, kind, tag)
+        self._apply(new, f"bind({name!r}, {tag!r})")
 
     def compute_at(self, parent, axis) -> None:
         """Compute this stage inside loop `axis` of stage `parent`, for each iteration of it
@@ -486,6 +502,25 @@ class Schedule:
             target = other.stage(t.stage) if t.stage else other
             getattr(target, name)(*args, **kwargs)
         return other
+
+
+THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y",
+               "threadIdx.z")
+
+
+@dataclass(frozen=True)
+class ThreadAxis:
+    """A GPU index to `bind` a loop to (TVM's `te.thread_axis`)."""
+
+    tag: str
+
+
+def thread_axis(tag: str) -> ThreadAxis:
+    """`tl.thread_axis("threadIdx.x")`: the GPU index `tag` (blockIdx/threadIdx .x/.y/.z)."""
+    if tag not in THREAD_TAGS:
+        raise ScheduleError(f"thread_axis: expected one of {', '.join(THREAD_TAGS)}, got "
+                            f"{tag!r}")
+    return ThreadAxis(tag)
 
 
 def _substitute_tensor(body, tensor: Tensor, axis: list[str] | None, value):

@@ -238,3 +238,15 @@ def test_python_ints_with_bools_and_out_of_range_like_numpy():
     with pytest.raises(OverflowError):
         np.zeros(1, np.uint8) + (-3)
     assert (U[0] + 255).dtype.name == "uint8"
+
+
+def test_true_division_of_a_negative_python_int_by_unsigned(rng):
+    # found by the pipeline fuzzer: -3 / uint8 made -3 a uint8 constant (253) before dividing
+    n = tl.var("n")
+    U = tl.placeholder((n,), "uint8", name="U")
+    D = tl.compute((n,), lambda i: -3 / U[i], name="D")
+    f = build(D, [U, D])
+    u = np.array([1, 2, 3, 250], np.uint8)
+    d = np.zeros(4)
+    f(u, d)
+    np.testing.assert_array_equal(d, np.true_divide(-3, u))

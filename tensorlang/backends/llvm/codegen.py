@@ -634,6 +634,20 @@ class FunctionCodegen:
         with b.if_then(b.icmp_signed("!=", r, ir.Constant(I32, 0)), likely=False):
             b.ret(r)
 
+    @contextlib.contextmanager
+    def allocated(self, buf: Buffer, ptr: ir.Value):
+        """`buf` lives at `ptr` inside the block; an allocation of the same buffer around
+        this one (compute_at under a parallel loop makes both) is in force again after."""
+        outer = self.ptrs.get(id(buf))
+        self.ptrs[id(buf)] = ptr
+        try:
+            yield
+        finally:
+            if outer is None:
+                del self.ptrs[id(buf)]
+            else:
+                self.ptrs[id(buf)] = outer
+
     def allocate(self, s: Allocate) -> None:
         buf = s.buffer
         b = self.builder
@@ -647,8 +661,8 @@ class FunctionCodegen:
             with b.goto_block(self.entry):
                 ptr = b.alloca(et, max(count, 1), name=buf.name)
                 ptr.align = 64
-            self.ptrs[id(buf)] = ptr
-            self.stmt(s.body)
+            with self.allocated(buf, ptr):
+                self.stmt(s.body)
             return
         n = ir.Constant(I64, 1)
         for x in buf.shape:
@@ -658,8 +672,8 @@ class FunctionCodegen:
         raw = b.call(malloc, [b.add(size, ir.Constant(I64, 64))], name=f"{buf.name}.raw")
         with b.if_then(b.icmp_unsigned("==", raw, ir.Constant(raw.type, None)), likely=False):
             b.ret(ir.Constant(I32, 1))
-        self.ptrs[id(buf)] = b.bitcast(raw, et.as_pointer(), name=buf.name)
-        self.stmt(s.body)
+        with self.allocated(buf, b.bitcast(raw, et.as_pointer(), name=buf.name)):
+            self.stmt(s.body)
         free = self._declare("free", ir.VoidType(), [ir.IntType(8).as_pointer()])
         b.call(free, [raw])
 
