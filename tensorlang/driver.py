@@ -161,6 +161,53 @@ class Module:
         return f"Module({self.name}, target={self.target})"
 
 
+class CudaModule(Module):
+    """A kernel built for target="cuda": CUDA C (`get_source()`, `save("k.cu")`) made
+    without a GPU; a call (numpy arrays, copied to the device and back) needs pycuda and a
+    CUDA driver."""
+
+    def __init__(self, lowered: LoweredFunc, kernel):
+        super().__init__(lowered, None, "cuda")
+        self.cuda = kernel
+
+    def __call__(self, *arrays) -> None:
+        from .backends.runtime import bind_arguments
+
+        _, values, _ = bind_arguments(self._buffers, self._scalars, self.lowered.params,
+                                      self._written, arrays)
+        if self.lowered.violations:
+            self._check_preconditions(tuple(values))
+        env = {p.name: v for p, v in zip(self.lowered.params, values)}
+        tensors = [a for a, b in zip(arrays, self._buffers) if b is not None]
+        written = {k for k, i in enumerate(i for i, b in enumerate(self._buffers)
+                                           if b is not None) if i in self._written}
+        self.cuda.run(tensors, env, written, self.lowered.checks)
+
+    def get_source(self, fmt: str = "cu") -> str:
+        """The CUDA C source ("cu", default) or the loop nest ("loops")."""
+        if fmt in ("cu", "cuda"):
+            return self.cuda.get_source()
+        if fmt in ("tl", "loops"):
+            return str(self.lowered)
+        raise TensorlangError(f"get_source: unknown format {fmt!r} for a CUDA kernel; "
+                              "expected 'cu' or 'loops'")
+
+    def save(self, path, fmt: str | None = None) -> None:
+        """Write the CUDA C source to `path` (".cu")."""
+        import os
+
+        path = os.fspath(path)
+        kind = fmt or os.path.splitext(path)[1].lstrip(".")
+        if kind not in ("cu", "cuda"):
+            raise TensorlangError(f"save: a CUDA kernel is saved as CUDA C (.cu), not "
+                                  f"{kind!r}")
+        with open(path, "w") as f:
+            f.write(self.cuda.get_source())
+
+    def __repr__(self) -> str:
+        return f"CudaModule({self.name})"
+
+
 _C_RESERVED = {
     "main", "auto", "break", "case", "char", "const", "continue", "default", "do", "double",
     "else", "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long",
@@ -192,8 +239,9 @@ def build(s: Schedule, args, target="llvm", name: str = "main", checks: bool = T
     the caller guarantees (an out-of-range index then reads outside the array)."""
     if isinstance(target, str):
         kind = target.split()[0] if target.split() else ""
-        if kind in ("cuda", "nvptx"):
-            raise NotImplementedError(f"build: the {kind} target is not implemented yet")
+        if kind == "nvptx":
+            raise NotImplementedError("build: the nvptx target (PTX through LLVM) is not "
+                                      "implemented yet; target='cuda' emits CUDA C")
     elif not isinstance(target, Target):
         raise TensorlangError(f"build: target must be a tl.Target or a string such as 'llvm' "
                               f"or 'aarch64', got {target!r}")
@@ -205,6 +253,13 @@ def build(s: Schedule, args, target="llvm", name: str = "main", checks: bool = T
     from .backends.llvm import compile_kernel
     from .backends.llvm.aot import compile_object
 
+    if target == "cuda":
+        from .backends.cuda.module import CudaKernel
+
+        with timed("build"):
+            lowered = lower(s, args, name, checks=checks)
+            kernel = CudaKernel(name, lowered.buffers, lowered.params, lowered.body)
+        return CudaModule(lowered, kernel)
     tgt = Target.parse(target)
     with timed("build"):
         lowered = lower(s, args, name, checks=checks)

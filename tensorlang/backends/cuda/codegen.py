@@ -1,0 +1,386 @@
+"""Loop IR -> CUDA C: one `__global__` function per top-level loop nest.
+
+Each statement of the kernel body (after the allocations of intermediate tensors, which
+live in device memory the host allocates) becomes one launch. Its outermost loops, as far as
+they are perfectly nested and bound with `bind`, become the launch geometry: a blockIdx loop
+runs as the grid dimension, a threadIdx loop as the block dimension, each guarded by its
+extent (a partial tile's `min(64, n - 64*i.outer)` launches 64 threads and guards). A nest
+with no bound loop runs on one thread. Loops inside run serially in each thread (unrolled
+ones with `#pragma unroll`); a bound loop below a serial one is refused.
+
+Semantics match the CPU backend: integer // and % floor and give 0 for a zero divisor;
+minimum/maximum propagate NaN; float -> int saturates (NaN -> 0); float16 is stored as
+`__half` and computed in float. A failed index check writes the kernel's error record
+(`tl_error`: [check + 1, index, extent, iteration...]) and returns.
+
+Not yet: shared memory (`cache_read(..., "shared")`), barriers, vector types, and NVPTX.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ...errors import ScheduleError, TensorlangError
+from ...ir.dtype import DType
+from ...ir.expr import (
+    EQ, GE, GT, LE, LT, NE, Add, And, Call, Cast, Const, Div, Expr, FloorDiv, FloorMod,
+    IndexCheck, Load, Max, Min, Mul, Not, Or, Select, Sub, Var,
+)
+from ...ir.stmt import Allocate, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store
+from ...ir.visit import stmt_exprs, walk, walk_stmt
+
+ERROR_RECORD_LEN = 16
+STATUS_INDEX = 3
+
+C_TYPES = {"bool": "unsigned char", "int8": "signed char", "int16": "short", "int32": "int",
+           "int64": "long long", "uint8": "unsigned char", "float16": "__half",
+           "float32": "float", "float64": "double"}
+# the type a value of each dtype has in expressions (float16 is computed in float)
+VALUE_TYPES = {**C_TYPES, "bool": "bool", "float16": "float"}
+
+_BIN = {Add: "+", Sub: "-", Mul: "*", Div: "/"}
+_CMP = {LT: "<", LE: "<=", GT: ">", GE: ">=", EQ: "==", NE: "!="}
+_MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "sin": "sin", "cos": "cos",
+         "tanh": "tanh", "floor": "floor", "ceil": "ceil", "fabs": "fabs", "pow": "pow",
+         "erf": "erf"}
+
+PRELUDE = r"""#include <cuda_fp16.h>
+
+template <typename T> __device__ __forceinline__ T tl_floordiv(T a, T b) {
+  if (b == 0) return 0;
+  T q = a / b, r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? q - 1 : q;
+}
+template <typename T> __device__ __forceinline__ T tl_floormod(T a, T b) {
+  if (b == 0) return 0;
+  T r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+template <typename T> __device__ __forceinline__ T tl_min(T a, T b) {
+  return (a != a) ? a : (b != b) ? b : (a < b || (a == b && signbit((double)a))) ? a : b;
+}
+template <typename T> __device__ __forceinline__ T tl_max(T a, T b) {
+  return (a != a) ? a : (b != b) ? b : (a > b || (a == b && !signbit((double)a))) ? a : b;
+}
+template <typename T> __device__ __forceinline__ T tl_imin(T a, T b) { return a < b ? a : b; }
+template <typename T> __device__ __forceinline__ T tl_imax(T a, T b) { return a > b ? a : b; }
+// float -> integer: truncate, saturate, NaN -> 0 (as the CPU backend)
+template <typename T> __device__ __forceinline__ T tl_f2i(double x, double lo, double hi) {
+  return (x != x) ? (T)0 : (x <= lo) ? (T)lo : (x >= hi) ? (T)hi : (T)x;
+}
+"""
+
+
+@dataclass
+class Launch:
+    """One kernel launch: its name, grid and block extents (IR expressions of the sizes;
+    None for an unused dimension) and the buffers and sizes it takes, in order."""
+
+    name: str
+    grid: list[Expr | None] = field(default_factory=lambda: [None, None, None])
+    block: list[Expr | None] = field(default_factory=lambda: [None, None, None])
+    buffers: list[Buffer] = field(default_factory=list)
+    params: list[Var] = field(default_factory=list)
+
+
+def _const_bound(e: Expr) -> Expr:
+    """A launch extent for a bound loop: a partial tile's min(c, rest) launches c threads."""
+    if isinstance(e, Min):
+        for x in (e.a, e.b):
+            if isinstance(x, Const):
+                return x
+    return e
+
+
+class KernelWriter:
+    def __init__(self, name: str, params: list[Var]):
+        self.name = name
+        self.params = {p.name: p for p in params}
+        self.lines: list[str] = []
+        self.indent = 1
+        self.names: dict[int, str] = {}
+
+    def emit(self, text: str) -> None:
+        self.lines.append("  " * self.indent + text)
+
+    # ------------------------------------------------------------------ expressions
+    def ty(self, d: DType) -> str:
+        return VALUE_TYPES[d.name]
+
+    def expr(self, e: Expr) -> str:
+        if isinstance(e, Var):
+            return e.name
+        if isinstance(e, Const):
+            if e.dtype.is_bool:
+                return "true" if e.value else "false"
+            if e.dtype.is_float:
+                v = float(e.value)
+                if v != v:
+                    return "(0.0/0.0)" if e.dtype.name == "float64" else "(0.0f/0.0f)"
+                if v in (float("inf"), float("-inf")):
+                    s = "(1.0/0.0)" if e.dtype.name == "float64" else "(1.0f/0.0f)"
+                    return s if v > 0 else f"(-{s})"
+                return f"{v!r}" if e.dtype.name == "float64" else f"{v!r}f"
+            suffix = "LL" if e.dtype.bits == 64 else ""
+            return f"(({self.ty(e.dtype)}){int(e.value)}{suffix})"
+        if isinstance(e, Load):
+            v = f"{e.buffer.name}[{self.flat(e.buffer, e.indices)}]"
+            if e.dtype.name == "float16":
+                return f"__half2float({v})"
+            return f"({v} != 0)" if e.dtype.is_bool else v
+        if type(e) in _BIN:
+            return f"({self.expr(e.a)} {_BIN[type(e)]} {self.expr(e.b)})"
+        if isinstance(e, (Min, Max)):
+            f = ("tl_min" if isinstance(e, Min) else "tl_max") if e.dtype.is_float else \
+                ("tl_imin" if isinstance(e, Min) else "tl_imax")
+            return f"{f}<{self.ty(e.dtype)}>({self.expr(e.a)}, {self.expr(e.b)})"
+        if isinstance(e, (FloorDiv, FloorMod)):
+            if e.dtype.is_float:
+                q = f"floor({self.expr(e.a)} / {self.expr(e.b)})"
+                if isinstance(e, FloorDiv):
+                    return f"(({self.ty(e.dtype)}){q})"
+                return f"(({self.ty(e.dtype)})({self.expr(e.a)} - {q} * {self.expr(e.b)}))"
+            f = "tl_floordiv" if isinstance(e, FloorDiv) else "tl_floormod"
+            return f"{f}<{self.ty(e.dtype)}>({self.expr(e.a)}, {self.expr(e.b)})"
+        if type(e) in _CMP:
+            return f"({self.expr(e.a)} {_CMP[type(e)]} {self.expr(e.b)})"
+        if isinstance(e, And):
+            return f"({self.expr(e.a)} && {self.expr(e.b)})"
+        if isinstance(e, Or):
+            return f"({self.expr(e.a)} || {self.expr(e.b)})"
+        if isinstance(e, Not):
+            return f"(!{self.expr(e.a)})"
+        if isinstance(e, Select):  # C's ?: evaluates only the arm it takes, as required
+            t = self.ty(e.dtype)
+            return (f"({self.expr(e.cond)} ? ({t})({self.expr(e.true_value)}) : "
+                    f"({t})({self.expr(e.false_value)}))")
+        if isinstance(e, Cast):
+            return self.cast(e.value, e.dtype)
+        if isinstance(e, Call):
+            if e.name == "isnan":
+                return f"isnan({self.expr(e.args[0])})"
+            fn = _MATH.get(e.name)
+            if fn is None:
+                raise TensorlangError(f"cuda backend: unknown function {e.name}")
+            single = e.dtype.name in ("float32", "float16")
+            args = ", ".join(self.expr(a) for a in e.args)
+            return f"{fn}{'f' if single else ''}({args})"
+        if isinstance(e, IndexCheck):
+            return self.check(e)
+        raise TensorlangError(f"cuda backend: unsupported expression {type(e).__name__}")
+
+    def cast(self, value: Expr, d: DType) -> str:
+        src = value.dtype
+        v = self.expr(value)
+        if d.is_bool:
+            return f"({v} != 0)"
+        if src.is_float and d.is_int:
+            lo, hi = d.min_value(), d.max_value()
+            return f"tl_f2i<{self.ty(d)}>((double)({v}), {float(lo)!r}, {float(hi)!r})"
+        return f"(({self.ty(d)})({v}))"
+
+    def flat(self, buf: Buffer, indices) -> str:
+        if not indices:
+            return "0"
+        idx = f"(long long)({self.expr(indices[0])})"
+        for ext, ix in zip(buf.shape[1:], indices[1:]):
+            idx = f"({idx} * (long long)({self.expr(ext)}) + (long long)({self.expr(ix)}))"
+        return idx
+
+    def check(self, e: IndexCheck) -> str:
+        """An index checked before use: the statement that reads it is preceded by the
+        check (see `stmt`), so here the index is the value."""
+        return f"({self.expr(e.index)})"
+
+    # ------------------------------------------------------------------ statements
+    def checks_of(self, s: Stmt) -> list[IndexCheck]:
+        """The index checks a statement evaluates unconditionally (not under a select)."""
+        out = []
+
+        def visit(e: Expr) -> None:
+            if isinstance(e, Select):
+                visit(e.cond)
+                return   # checks in an arm are made when the arm is taken (see expr)
+            if isinstance(e, IndexCheck):
+                out.append(e)
+            for k in e.children:
+                visit(k)
+
+        for e in stmt_exprs(s):
+            visit(e)
+        return out
+
+    def emit_checks(self, s: Stmt) -> None:
+        for e in stmt_exprs(s):
+            for x in walk(e):
+                if isinstance(x, Select) and any(isinstance(y, IndexCheck)
+                                                 for k in (x.true_value, x.false_value)
+                                                 for y in walk(k)):
+                    raise NotImplementedError(
+                        "cuda backend: a data-dependent read inside an if_then_else arm is "
+                        "not checked on the GPU yet; build with checks=False if its indices "
+                        "are known to be in range")
+        for c in self.checks_of(s):
+            ix, ext = self.expr(c.index), self.expr(c.extent)
+            pts = [self.expr(p) for p in c.point[:ERROR_RECORD_LEN - 3]]
+            self.emit(f"if ((unsigned long long)(long long)({ix}) >= "
+                      f"(unsigned long long)(long long)({ext})) {{")
+            self.indent += 1
+            self.emit(f"if (atomicCAS(&tl_error[0], 0ULL, {c.site + 1}ULL) == 0ULL) {{")
+            self.indent += 1
+            self.emit(f"tl_error[1] = (long long)({ix}); tl_error[2] = (long long)({ext});")
+            for k, p in enumerate(pts):
+                self.emit(f"tl_error[{3 + k}] = (long long)({p});")
+            self.indent -= 1
+            self.emit("}")
+            self.emit("return;")
+            self.indent -= 1
+            self.emit("}")
+
+    def stmt(self, s: Stmt) -> None:
+        if isinstance(s, Seq):
+            for x in s.stmts:
+                self.stmt(x)
+        elif isinstance(s, Store):
+            self.emit_checks(s)
+            v = self.expr(s.value)
+            d = s.buffer.dtype
+            if d.name == "float16":
+                v = f"__float2half_rn({v})"
+            elif d.is_bool:
+                v = f"(unsigned char)(({v}) != 0)"
+            else:
+                v = f"({C_TYPES[d.name]})({v})"
+            self.emit(f"{s.buffer.name}[{self.flat(s.buffer, s.indices)}] = {v};")
+        elif isinstance(s, For):
+            if s.kind in (LoopKind.GPU_BLOCK, LoopKind.GPU_THREAD):
+                raise ScheduleError(
+                    f"cuda: loop {s.var.name} is bound to {s.thread_tag} but is not among "
+                    "the outermost, perfectly nested loops of its stage; bind the outer loops")
+            self.emit_checks(s)
+            if s.kind is LoopKind.UNROLLED:
+                self.emit("#pragma unroll")
+            lo, ext = self.expr(s.min), self.expr(s.extent)
+            v = s.var.name
+            self.emit(f"for (long long {v} = {lo}; {v} < {lo} + (long long)({ext}); ++{v}) {{")
+            self.indent += 1
+            self.stmt(s.body)
+            self.indent -= 1
+            self.emit("}")
+        elif isinstance(s, If):
+            self.emit_checks(s)
+            self.emit(f"if ({self.expr(s.cond)}) {{")
+            self.indent += 1
+            self.stmt(s.then_body)
+            self.indent -= 1
+            if s.else_body is not None:
+                self.emit("} else {")
+                self.indent += 1
+                self.stmt(s.else_body)
+                self.indent -= 1
+            self.emit("}")
+        elif isinstance(s, Let):
+            self.emit_checks(s)
+            self.emit("{")
+            self.indent += 1
+            self.emit(f"const {self.ty(s.var.dtype)} {s.var.name} = "
+                      f"({self.ty(s.var.dtype)})({self.expr(s.value)});")
+            self.stmt(s.body)
+            self.indent -= 1
+            self.emit("}")
+        elif isinstance(s, Allocate):
+            count = 1
+            for x in s.buffer.shape:
+                if not isinstance(x, Const):
+                    raise NotImplementedError(
+                        f"cuda backend: local buffer {s.buffer.name} has a symbolic size")
+                count *= int(x.value)
+            self.emit("{")
+            self.indent += 1
+            self.emit(f"{C_TYPES[s.buffer.dtype.name]} {s.buffer.name}[{max(count, 1)}];")
+            self.stmt(s.body)
+            self.indent -= 1
+            self.emit("}")
+        else:
+            raise TensorlangError(f"cuda backend: unsupported statement {type(s).__name__}")
+
+
+def _used(s: Stmt) -> tuple[list[Buffer], set[str]]:
+    bufs: dict[int, Buffer] = {}
+    names: set[str] = set()
+    local: set[int] = set()
+    for st in walk_stmt(s):
+        if isinstance(st, Allocate):
+            local.add(id(st.buffer))
+        if isinstance(st, Store):
+            bufs.setdefault(id(st.buffer), st.buffer)
+        for e in stmt_exprs(st):
+            for x in walk(e):
+                if isinstance(x, Load):
+                    bufs.setdefault(id(x.buffer), x.buffer)
+                elif isinstance(x, Var):
+                    names.add(x.name)
+    for b in list(bufs.values()):
+        for x in b.shape:
+            names |= {v.name for v in walk(x) if isinstance(v, Var)}
+    return [b for k, b in bufs.items() if k not in local], names
+
+
+_DIM = {"x": 0, "y": 1, "z": 2}
+
+
+def generate(name: str, buffers: list[Buffer], params: list[Var], body: Stmt):
+    """(CUDA C source, launches in order, the intermediate buffers the host allocates)."""
+    temps: list[Buffer] = []
+    while isinstance(body, Allocate):
+        temps.append(body.buffer)
+        body = body.body
+    stmts = list(body.stmts) if isinstance(body, Seq) else [body]
+    order = {id(b): k for k, b in enumerate(buffers + temps)}
+    launches = []
+    sources = [PRELUDE, f"__device__ unsigned long long tl_error[{ERROR_RECORD_LEN}];", ""]
+    for k, st in enumerate(stmts):
+        launch = Launch(f"{name}_k{k}")
+        w = KernelWriter(launch.name, params)
+        inner = st
+        bound: list[tuple[For, str]] = []
+        while isinstance(inner, For) and inner.kind in (LoopKind.GPU_BLOCK,
+                                                        LoopKind.GPU_THREAD):
+            bound.append((inner, inner.thread_tag))
+            inner = inner.body
+        guards = []
+        for loop, tag in bound:
+            kind, dim = tag.split(".")
+            ext = loop.extent
+            target = launch.grid if kind == "blockIdx" else launch.block
+            target[_DIM[dim]] = _const_bound(ext) if kind == "threadIdx" else ext
+            w.emit(f"const long long {loop.var.name} = {w.expr(loop.min)} + "
+                   f"(long long){tag};")
+            guards.append(f"{loop.var.name} < {w.expr(loop.min)} + (long long)({w.expr(ext)})")
+        if guards:
+            w.emit(f"if (!({' && '.join(guards)})) return;")
+        w.stmt(inner)
+        bufs, names = _used(st)
+        bufs.sort(key=lambda b: order.get(id(b), len(order)))
+        launch.buffers = bufs
+        launch.params = [p for p in params if p.name in names]
+        sig = [f"{C_TYPES[b.dtype.name]} *__restrict__ {b.name}" for b in bufs] + \
+              [f"long long {p.name}" for p in launch.params]
+        threads = 1
+        for x in launch.block:
+            if x is not None:
+                if not isinstance(x, Const):
+                    raise ScheduleError(
+                        f"cuda: the threadIdx loops of kernel {launch.name} need a constant "
+                        f"extent (split by a constant first), got {x}")
+                threads *= int(x.value)
+        if threads > 1024:
+            raise ScheduleError(f"cuda: kernel {launch.name} launches {threads} threads per "
+                                "block; the limit is 1024")
+        bounds = f"__launch_bounds__({max(threads, 1)}) "
+        sources.append(f'extern "C" __global__ void {bounds}{launch.name}({", ".join(sig)}) {{')
+        sources.extend(w.lines)
+        sources.append("}")
+        sources.append("")
+        launches.append(launch)
+    return "\n".join(sources), launches, temps

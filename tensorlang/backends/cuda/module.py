@@ -1,0 +1,110 @@
+"""A built CUDA kernel: its CUDA C source (no GPU needed) and, with pycuda and a driver,
+calls on numpy arrays (copied in and out) or device arrays.
+
+Building needs neither a GPU nor pycuda, so kernels can be generated on a laptop for a GPU
+server: `get_source()` and `save("k.cu")` work anywhere; a call imports pycuda, compiles the
+source with nvcc (`SourceModule`) once, and launches each kernel in order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import IndexBoundsError, TensorlangError
+from ...ir.expr import Const, Expr
+from ...ir.simplify import simplify
+from ...ir.visit import substitute
+from .codegen import ERROR_RECORD_LEN, generate
+
+
+def _eval(e: Expr, env: dict[str, int]) -> int:
+    v = simplify(substitute(e, {k: Const(x, e.dtype) for k, x in env.items()}))
+    if not isinstance(v, Const):
+        raise TensorlangError(f"cuda: the launch extent {e} does not follow from the sizes")
+    return int(v.value)
+
+
+class CudaKernel:
+    def __init__(self, name: str, buffers, params, body):
+        self.name = name
+        self.buffers, self.params = list(buffers), list(params)
+        self.source, self.launches, self.temps = generate(name, self.buffers, self.params,
+                                                          body)
+        self._module = None
+
+    def get_source(self) -> str:
+        return self.source
+
+    def _compiled(self):
+        if self._module is None:
+            try:
+                import pycuda.autoinit  # noqa: F401  (a context on the first device)
+                from pycuda.compiler import SourceModule
+            except ImportError as e:
+                raise TensorlangError(
+                    "calling a CUDA kernel needs pycuda and a CUDA driver (pip install "
+                    f"'tensorlang[cuda]'); building and get_source() do not ({e})") from None
+            self._module = SourceModule(self.source, no_extern_c=True,
+                                        options=["-std=c++17"])
+        return self._module
+
+    def run(self, arrays: list, env: dict[str, int], written: set[int], checks) -> None:
+        """Launch every kernel on `arrays` (numpy, copied, or device arrays), sizes `env`."""
+        import pycuda.driver as drv
+
+        mod = self._compiled()
+        dev: dict[int, object] = {}
+        copies = []
+        keep = []
+        for k, (buf, a) in enumerate(zip(self.buffers, arrays)):
+            if isinstance(a, np.ndarray):
+                g = drv.mem_alloc(max(a.nbytes, 1))
+                drv.memcpy_htod(g, a)
+                keep.append(g)
+                dev[id(buf)] = g
+                if k in written:
+                    copies.append((a, g))
+            else:
+                ptr = _device_pointer(a)
+                dev[id(buf)] = ptr
+        for t in self.temps:
+            n = 1
+            for x in t.shape:
+                n *= _eval(x, env)
+            g = drv.mem_alloc(max(n * t.dtype.itemsize, 1))
+            keep.append(g)
+            dev[id(t)] = g
+        err, _ = mod.get_global("tl_error")
+        drv.memset_d8(err, 0, 8 * ERROR_RECORD_LEN)
+        for launch in self.launches:
+            fn = mod.get_function(launch.name)
+            grid = tuple(_eval(x, env) if x is not None else 1 for x in launch.grid)
+            block = tuple(_eval(x, env) if x is not None else 1 for x in launch.block)
+            if 0 in grid or 0 in block:
+                continue  # an empty loop: nothing to launch
+            args = [dev[id(b)] for b in launch.buffers] + \
+                [np.int64(env[p.name]) for p in launch.params]
+            fn(*args, grid=grid, block=block)
+        drv.Context.synchronize()
+        rec = np.zeros(ERROR_RECORD_LEN, np.int64)
+        drv.memcpy_dtoh(rec, err)
+        if rec[0]:
+            site = checks[int(rec[0]) - 1]
+            point = tuple(int(x) for x in rec[3:3 + len(site.axes)])
+            raise IndexBoundsError(site.message(int(rec[1]), int(rec[2]), point),
+                                   dict(zip(site.axes, point)), site.tensor, int(rec[1]),
+                                   site.dim, int(rec[2]))
+        for a, g in copies:
+            drv.memcpy_dtoh(a, g)
+
+
+def _device_pointer(a) -> int:
+    """The device address of a pycuda GPUArray or any object with __cuda_array_interface__."""
+    iface = getattr(a, "__cuda_array_interface__", None)
+    if iface is not None:
+        return int(iface["data"][0])
+    gpudata = getattr(a, "gpudata", None)
+    if gpudata is not None:
+        return int(gpudata)
+    raise TensorlangError(f"cuda: expected a numpy array or a device array, got "
+                          f"{type(a).__name__}")
