@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import islpy as isl
+import numpy as np
 
 from .deep import deep
 from .config import timed
@@ -171,8 +172,12 @@ class CudaModule(Module):
         self.cuda = kernel
 
     def __call__(self, *arrays) -> None:
-        from .backends.runtime import bind_arguments
+        """numpy arrays are copied to the device and the outputs back; GPU arrays (torch,
+        cupy, pycuda: `__cuda_array_interface__`) are used in place."""
+        from .backends.runtime import DeviceArray, bind_arguments
 
+        arrays = tuple(a if b is None or isinstance(a, np.ndarray) else DeviceArray(a)
+                       for a, b in zip(arrays, self._buffers))
         _, values, _ = bind_arguments(self._buffers, self._scalars, self.lowered.params,
                                       self._written, arrays)
         if self.lowered.violations:

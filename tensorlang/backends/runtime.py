@@ -11,6 +11,48 @@ from ..ir.stmt import Buffer
 from ..ir.visit import substitute
 
 
+class DeviceArray:
+    """A GPU array passed to a CUDA kernel without a copy: anything with
+    `__cuda_array_interface__` (torch, cupy, numba) or a pycuda GPUArray, seen through the
+    attributes the argument checks read (shape, dtype, layout, address)."""
+
+    class _Flags:
+        def __init__(self, contiguous: bool, writeable: bool):
+            self.c_contiguous, self.writeable = contiguous, writeable
+
+    def __init__(self, obj):
+        iface = getattr(obj, "__cuda_array_interface__", None)
+        if iface is not None:
+            self.shape = tuple(int(x) for x in iface["shape"])
+            self.dtype = np.dtype(iface["typestr"])
+            strides = iface.get("strides")
+            self.ptr, readonly = int(iface["data"][0]), bool(iface["data"][1])
+        elif hasattr(obj, "gpudata") and hasattr(obj, "dtype"):  # pycuda GPUArray
+            self.shape, self.dtype = tuple(obj.shape), np.dtype(obj.dtype)
+            strides = tuple(obj.strides)
+            self.ptr, readonly = int(obj.gpudata), False
+        else:
+            raise TensorlangError(f"expected a numpy array or a GPU array (an object with "
+                                  f"__cuda_array_interface__), got {type(obj).__name__}")
+        self.ndim = len(self.shape)
+        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        c_strides, step = [], self.dtype.itemsize
+        for n in reversed(self.shape):
+            c_strides.append(step)
+            step *= n
+        contiguous = strides is None or tuple(strides) == tuple(reversed(c_strides)) or \
+            self.nbytes == 0
+        self.flags = DeviceArray._Flags(contiguous, not readonly)
+
+
+def _overlap(a, b) -> bool:
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return np.may_share_memory(a, b)
+    if isinstance(a, DeviceArray) and isinstance(b, DeviceArray):
+        return a.ptr < b.ptr + b.nbytes and b.ptr < a.ptr + a.nbytes and a.nbytes and b.nbytes
+    return False
+
+
 def _value(e: Expr, env: dict[str, int]) -> int | None:
     v = simplify(substitute(e, {k: Const(x, e.dtype) for k, x in env.items()}))
     return int(v.value) if isinstance(v, Const) else None
@@ -36,7 +78,7 @@ def bind_arguments(buffers: list[Buffer], scalars: list[Var | None], params: lis
             arrays.append(None)
             continue
         name = buf.name
-        if not isinstance(v, np.ndarray):
+        if not isinstance(v, (np.ndarray, DeviceArray)):
             raise TensorlangError(
                 f"argument {i} ({name}): expected a numpy array, got {type(v).__name__}"
             )
@@ -86,10 +128,11 @@ def bind_arguments(buffers: list[Buffer], scalars: list[Var | None], params: lis
         if arrays[i] is None:
             continue
         for j, other in enumerate(arrays):
-            if j != i and other is not None and np.may_share_memory(arrays[i], other):
+            if j != i and other is not None and _overlap(arrays[i], other):
                 raise TensorlangError(
                     f"argument {i} ({buffers[i].name}) overlaps argument {j} "
                     f"({buffers[j].name}); outputs must not share memory with other arguments"
                 )
-    ptrs = [a.ctypes.data for a in arrays if a is not None]
+    ptrs = [a.ptr if isinstance(a, DeviceArray) else a.ctypes.data
+            for a in arrays if a is not None]
     return ptrs, [env[p.name] for p in params], env

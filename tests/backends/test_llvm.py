@@ -109,8 +109,9 @@ def test_unknown_targets():
         tl.build(s, [A, B, C], target="opencl")
     with pytest.raises(tl.TensorlangError, match="unknown option -mfoo"):
         tl.build(s, [A, B, C], target="llvm -mfoo=1")
-    with pytest.raises(NotImplementedError, match="cuda target"):
-        tl.build(s, [A, B, C], target="cuda")
+    with pytest.raises(NotImplementedError, match="nvptx target"):
+        tl.build(s, [A, B, C], target="nvptx")
+    assert "__global__" in tl.build(s, [A, B, C], target="cuda").get_source()
 
 
 def test_cache_eviction_keeps_llvm_alive(monkeypatch):

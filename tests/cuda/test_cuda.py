@@ -148,3 +148,33 @@ def test_pipeline_and_index_check_on_the_gpu():
     with pytest.raises(tl.IndexBoundsError) as err:
         f(x, idx, out)
     assert err.value.index == 70 and err.value.witness["i"] == 33
+
+
+@GPU
+@pytest.mark.gpu
+def test_device_arrays_are_used_in_place():
+    import pycuda.gpuarray as gpuarray
+
+    s, args, ref = vadd()
+    f = tl.build(s, args, target="cuda")
+    a = np.arange(1000, dtype=np.float32)
+    b = np.ones(1000, np.float32)
+    da, db, dc = gpuarray.to_gpu(a), gpuarray.to_gpu(b), gpuarray.zeros(1000, np.float32)
+    f(da, db, dc)
+    np.testing.assert_allclose(dc.get(), ref(a, b))
+    with pytest.raises(tl.TensorlangError, match="dimension 0"):
+        f(da, db, gpuarray.zeros(999, np.float32))
+    with pytest.raises(tl.TensorlangError, match="dtype"):
+        f(da, db, gpuarray.zeros(1000, np.float64))
+    with pytest.raises(tl.TensorlangError, match="overlaps"):
+        f(da, db, da)
+
+
+def test_a_call_without_pycuda_or_a_gpu_is_a_clear_error():
+    if _has_gpu():
+        pytest.skip("this machine has a GPU")
+    s, args, _ = vadd()
+    f = tl.build(s, args, target="cuda")
+    a = np.ones(10, np.float32)
+    with pytest.raises(tl.TensorlangError, match="pycuda"):
+        f(a, a.copy(), np.zeros(10, np.float32))
