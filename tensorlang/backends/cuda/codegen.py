@@ -121,8 +121,15 @@ class KernelWriter:
                     s = "(1.0/0.0)" if e.dtype.name == "float64" else "(1.0f/0.0f)"
                     return s if v > 0 else f"(-{s})"
                 return f"{v!r}" if e.dtype.name == "float64" else f"{v!r}f"
-            suffix = "LL" if e.dtype.bits == 64 else ""
-            return f"(({self.ty(e.dtype)}){int(e.value)}{suffix})"
+            v = int(e.value)
+            if e.dtype.name in ("int32", "int64") and v != e.dtype.min_value():
+                # literals of the right type, for readability (not the minimum: -(2^31)
+                # would be a long long literal in C, -(2^63) no literal at all)
+                text = f"{v}LL" if e.dtype.bits == 64 else str(v)
+                return f"({text})" if v < 0 else text
+            if v == e.dtype.min_value():
+                return f"(({self.ty(e.dtype)})({v + 1}LL - 1LL))"
+            return f"(({self.ty(e.dtype)}){v})"
         if isinstance(e, Load):
             v = f"{e.buffer.name}[{self.flat(e.buffer, e.indices)}]"
             if e.dtype.name == "float16":
@@ -354,9 +361,10 @@ def generate(name: str, buffers: list[Buffer], params: list[Var], body: Stmt):
             ext = loop.extent
             target = launch.grid if kind == "blockIdx" else launch.block
             target[_DIM[dim]] = _const_bound(ext) if kind == "threadIdx" else ext
-            w.emit(f"const long long {loop.var.name} = {w.expr(loop.min)} + "
-                   f"(long long){tag};")
-            guards.append(f"{loop.var.name} < {w.expr(loop.min)} + (long long)({w.expr(ext)})")
+            lo = "" if isinstance(loop.min, Const) and loop.min.value == 0 else \
+                f"{w.expr(loop.min)} + "
+            w.emit(f"const long long {loop.var.name} = {lo}(long long){tag};")
+            guards.append(f"{loop.var.name} < {lo}{w.expr(ext)}")
         if guards:
             w.emit(f"if (!({' && '.join(guards)})) return;")
         w.stmt(inner)
