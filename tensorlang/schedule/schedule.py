@@ -129,6 +129,30 @@ class Stage:
             self._gone[r] = call
         self.schedule.trace.append(TraceEntry(self.id, call))
 
+    def _placed_bound(self, state, name: str) -> int | None:
+        """The most iterations loop `name` of this stage makes per iteration of the loop it
+        is computed at (its statements placed by compute_at; None when that still grows
+        with the sizes)."""
+        from ..polyhedral.transform import dim_range, extent_bound
+
+        prog = self.schedule.program
+        states = {st.id: st.state for st in self.schedule.stages}
+        states[self.id] = state
+        out = 0
+        for ts in prog.times(states):
+            info = prog.info.get(ts.stmt.name.split("__")[0])   # placed copies: name__at
+            if info is None or info.stage != self.id:
+                continue
+            idx = [li for li, lp in enumerate(ts.loops) if lp.name == name]
+            if not idx:
+                continue
+            img = ts.time.intersect_domain(ts.stmt.domain).range()
+            b = extent_bound(dim_range(img, 2 + 2 * idx[-1]))
+            if b is None:
+                return None
+            out = max(out, b)
+        return out or None
+
     def _refresh_tags(self, state, call: str):
         """Vector and unrolled loops keep a constant trip-count bound, and a vector loop stays
         innermost, whatever primitive comes after."""
@@ -141,6 +165,8 @@ class Stage:
                 raise ScheduleError(f"{call} on stage {self.id}: the vectorized loop {lp.name} "
                                     "would no longer be the innermost loop")
             bound = loop_extent_bound(state, d)
+            if bound is None and state.attach is not None:
+                bound = self._placed_bound(state, lp.name)
             if bound is None:
                 raise ScheduleError(f"{call} on stage {self.id}: the {what} loop {lp.name} "
                                     "would have an extent that grows with the sizes")
@@ -232,12 +258,18 @@ class Stage:
         new = tag_dim(self.state, name, kind)  # vector/unrolled loops get their extent bound
         if kind in (LoopKind.VECTORIZED, LoopKind.UNROLLED):
             bound = new.loops[d].max_extent
+            limit = MAX_LANES if kind is LoopKind.VECTORIZED else MAX_UNROLL
+            if (bound is None or bound > limit) and new.attach is not None:
+                # computed at a loop of another stage: the loop runs over one tile
+                bound = self._placed_bound(new, name)
+                loops = list(new.loops)
+                loops[d] = replace(loops[d], max_extent=bound)
+                new = replace(new, loops=tuple(loops))
             if bound is None:
                 raise ScheduleError(
                     f"{prim}: loop {name} of stage {self.id} has an extent that grows with the "
                     f"sizes (symbolic); split it first, e.g. split({name}, factor=8), and "
                     f"{prim} the inner loop")
-            limit = MAX_LANES if kind is LoopKind.VECTORIZED else MAX_UNROLL
             if bound > limit:
                 raise ScheduleError(f"{prim}: loop {name} runs up to {bound} iterations; at "
                                     f"most {limit} are supported; split it first")

@@ -50,6 +50,33 @@ def matmul(tile=16, dtype="float32"):
     return s, [A, B, C], lambda a, b: a @ b
 
 
+def matmul_register_tiles():
+    """64 x 64 outputs per block, 16 x 16 threads, each thread a 4 x 4 tile accumulated in a
+    local (register) buffer placed at the thread loop, with k outside the unrolled tile."""
+    n, m, p = tl.var("n"), tl.var("m"), tl.var("p")
+    A = tl.placeholder((n, p), name="A")
+    B = tl.placeholder((p, m), name="B")
+    k = tl.reduce_axis((0, p), name="k")
+    C = tl.compute((n, m), lambda i, j: tl.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = tl.create_schedule(C)
+    CL = s.cache_write(C, "local")
+    i, j = s[C].op.axis
+    bi, bj, ti, tj = s[C].tile(i, j, 64, 64)
+    tio, tii = s[C].split(ti, factor=4)
+    tjo, tji = s[C].split(tj, factor=4)
+    s[C].reorder(bi, bj, tio, tjo, tii, tji)
+    for loop, tag in ((bi, "blockIdx.y"), (bj, "blockIdx.x"), (tio, "threadIdx.y"),
+                      (tjo, "threadIdx.x")):
+        s[C].bind(loop, tag)
+    s[CL].compute_at(s[C], tjo)
+    li, lj = s[CL].op.axis
+    (lk,) = s[CL].op.reduce_axis
+    s[CL].reorder(lk, li, lj)
+    s[CL].unroll(li)
+    s[CL].unroll(lj)
+    return s, [A, B, C], lambda a, b: a @ b
+
+
 def pipeline():
     """Two stages (exp, then a row sum per thread), float16 storage, an integer floor
     division and a data-dependent gather with its run-time check."""
@@ -72,7 +99,8 @@ def pipeline():
     return s, [X, Idx, S], ref
 
 
-CASES = {"vadd": vadd, "matmul": matmul, "pipeline": pipeline}
+CASES = {"vadd": vadd, "matmul": matmul, "matmul_register_tiles": matmul_register_tiles,
+         "pipeline": pipeline}
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
@@ -120,10 +148,12 @@ def test_vector_add_on_the_gpu(size):
 
 @GPU
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape", [(1, 1, 1), (16, 16, 16), (37, 53, 29), (128, 96, 64)])
-def test_matmul_on_the_gpu(shape):
+@pytest.mark.parametrize("shape", [(1, 1, 1), (16, 16, 16), (37, 53, 29), (128, 96, 64),
+                                   (130, 67, 200)])
+@pytest.mark.parametrize("make", [matmul, matmul_register_tiles])
+def test_matmul_on_the_gpu(make, shape):
     n, m, p = shape
-    s, args, ref = matmul()
+    s, args, ref = make()
     f = tl.build(s, args, target="cuda")
     rng = np.random.default_rng(0)
     a = rng.standard_normal((n, p)).astype(np.float32)

@@ -489,3 +489,33 @@ def test_primitives_on_an_inlined_stage_are_refused():
                  lambda: s[P].parallel(P.op.axis[0])):
         with pytest.raises(tl.ScheduleError, match="inlined"):
             prim()
+
+
+@pytest.mark.parametrize("size", [1, 13, 37, 64])
+def test_unroll_and_vectorize_take_the_placed_extent(size):
+    # TVM's opt_gemm recipe: after compute_at at a tile loop, the local stage's loops run over
+    # one tile (4 x 16); their unplaced extent is the whole (symbolic) matrix. unroll and
+    # vectorize used to check that one and refuse (issue 16, item 3).
+    n = tl.var("n")
+    A = tl.placeholder((n, n), name="A")
+    B = tl.placeholder((n, n), name="B")
+    k = tl.reduce_axis((0, n), name="k")
+    C = tl.compute((n, n), lambda i, j: tl.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = tl.create_schedule(C)
+    CC = s.cache_write(C, "local")
+    i, j = s[C].op.axis
+    io, jo, ii, ji = s[C].tile(i, j, 4, 16)
+    s[CC].compute_at(s[C], jo)
+    ci, cj = s[CC].op.axis
+    (ck,) = s[CC].op.reduce_axis
+    s[CC].reorder(ck, ci, cj)
+    s[CC].unroll(ci)
+    s[CC].vectorize(cj)
+    f = tl.build(s, [A, B, C])
+    assert "<16 x float>" in f.get_source()
+    rng = np.random.default_rng(size)
+    a = rng.standard_normal((size, size)).astype("float32")
+    b = rng.standard_normal((size, size)).astype("float32")
+    c = np.zeros((size, size), "float32")
+    f(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)

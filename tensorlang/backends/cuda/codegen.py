@@ -336,6 +336,18 @@ def _used(s: Stmt) -> tuple[list[Buffer], set[str]]:
 _DIM = {"x": 0, "y": 1, "z": 2}
 
 
+def _bound_below(s: Stmt, buf: Buffer) -> bool:
+    """Whether `s` is a bound loop (through allocations) that allocates `buf` again before
+    any use: the allocation around it is then redundant."""
+    while isinstance(s, Allocate) and s.buffer is not buf:
+        s = s.body
+    if isinstance(s, Allocate):
+        return True
+    if isinstance(s, For) and s.kind in (LoopKind.GPU_BLOCK, LoopKind.GPU_THREAD):
+        return _bound_below(s.body, buf)
+    return False
+
+
 def generate(name: str, buffers: list[Buffer], params: list[Var], body: Stmt):
     """(CUDA C source, launches in order, the intermediate buffers the host allocates)."""
     temps: list[Buffer] = []
@@ -351,10 +363,15 @@ def generate(name: str, buffers: list[Buffer], params: list[Var], body: Stmt):
         w = KernelWriter(launch.name, params)
         inner = st
         bound: list[tuple[For, str]] = []
-        while isinstance(inner, For) and inner.kind in (LoopKind.GPU_BLOCK,
-                                                        LoopKind.GPU_THREAD):
-            bound.append((inner, inner.thread_tag))
-            inner = inner.body
+        while True:
+            if isinstance(inner, For) and inner.kind in (LoopKind.GPU_BLOCK,
+                                                         LoopKind.GPU_THREAD):
+                bound.append((inner, inner.thread_tag))
+                inner = inner.body
+            elif isinstance(inner, Allocate) and _bound_below(inner.body, inner.buffer):
+                inner = inner.body  # compute_at under a bound loop allocates at each level;
+            else:                   # the innermost allocation (one per thread) is the one
+                break
         guards = []
         for loop, tag in bound:
             kind, dim = tag.split(".")
