@@ -16,6 +16,7 @@ import numpy as np
 
 import tensorlang as tl
 
+from ..config import debug_print
 from ..errors import ScheduleError
 from .node import GraphError, Node, topological_order
 from .ops import OPS
@@ -62,7 +63,11 @@ def default_schedule(out: tl.Tensor, kind: str, work: int, fresh=None,
         elif big and int(out.shape[0].value) > 1:
             st.parallel(axes[0])
         return s
-    except ScheduleError:
+    except ScheduleError as e:
+        # never silent: the declared loop nest can be 200x slower (issue 16 removes these)
+        debug_print(1, f"executor: the default {kind} schedule of {out.name} "
+                       f"{tuple(int(x.value) for x in out.shape)} was refused ({e}); "
+                       "running the declared loop nest")
         return fresh()
 
 

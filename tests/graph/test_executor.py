@@ -202,3 +202,17 @@ def test_batched_times_2d_matmul_gradient_compiles():
     np.testing.assert_allclose(got_a, np.ones((50, 8, 16)) @ bv.T, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(got_b, np.einsum("bik,bij->kj", av, np.ones((50, 8, 16))),
                                rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (7, 13, 5), (1025, 8, 1030), (2048, 4, 2048)])
+def test_default_matmul_schedule_is_not_refused(m, k, n, monkeypatch, capsys):
+    # a refused default schedule falls back to the declared loop nest (up to 200x slower):
+    # TL_DEBUG=1 says so, and this must not happen for matmuls of any size (n >= 1025 used
+    # to: unroll checked the unplaced extent)
+    monkeypatch.setenv("TL_DEBUG", "1")
+    a, b = G.Variable("a", (m, k), "float32"), G.Variable("b", (k, n), "float32")
+    av = R.standard_normal((m, k)).astype("f4")
+    bv = R.standard_normal((k, n)).astype("f4")
+    (got,) = G.Executor([a @ b]).run({a: av, b: bv})
+    np.testing.assert_allclose(got, av @ bv, rtol=1e-4, atol=1e-4)
+    assert "was refused" not in capsys.readouterr().err
