@@ -23,6 +23,21 @@ class DType:
         return np.dtype(self.name)
 
     @property
+    def dtype(self) -> np.dtype:
+        """numpy reads this: `np.zeros(shape, C.dtype)` works, as with TVM's str dtypes."""
+        return np.dtype(self.name)
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, str):  # C.dtype == "float32", as TVM users write
+            return self.lanes == 1 and self.name == other
+        if isinstance(other, DType):
+            return self.name == other.name and self.lanes == other.lanes
+        return NotImplemented
+
+    def __hash__(self) -> int:  # equal to the name's hash, as equality with str requires
+        return hash(self.name) if self.lanes == 1 else hash((self.name, self.lanes))
+
+    @property
     def bits(self) -> int:
         return 1 if self.name == "bool" else self.np.itemsize * 8
 

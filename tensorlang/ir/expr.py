@@ -128,6 +128,10 @@ class Expr:
         """Convert to `dtype` (numpy's astype semantics; float -> int truncates)."""
         return cast(as_dtype(dtype), self)
 
+    def __int__(self) -> int:
+        raise TensorlangError(f"int({self}): not a constant (a symbolic size or an "
+                              "expression); its value is known only when a kernel is called")
+
     @property
     def children(self) -> tuple[Expr, ...]:
         out: list[Expr] = []
@@ -177,6 +181,12 @@ class Const(Expr):
         else:
             v = float(v)
         object.__setattr__(self, "value", v)
+
+    def __int__(self) -> int:  # int(C.shape[0]), as TVM users write
+        return int(self.value)
+
+    def __float__(self) -> float:
+        return float(self.value)
 
 
 # ----------------------------------------------------------------------- binary arithmetic

@@ -85,6 +85,16 @@ def _arg(a):
     return a if isinstance(a, (int, float, bool)) else to_expr(a)
 
 
+def indexdiv(a, b) -> Expr:
+    """TVM's name for `a // b` on indices: division rounding towards minus infinity."""
+    return _arg(a) // b
+
+
+def indexmod(a, b) -> Expr:
+    """TVM's name for `a % b` on indices: the remainder of `indexdiv` (sign of `b`)."""
+    return _arg(a) % b
+
+
 def if_then_else(cond, true_value, false_value) -> Expr:
     """`true_value` where `cond` holds, else `false_value`; the other arm is not evaluated,
     so it may read out of bounds (a padded stencil's halo)."""

@@ -105,3 +105,24 @@ def test_tensor_attributes():
     assert [a.name for a in C.op.reduce_axis] == ["k"]
     assert str(C.shape[0]) == "n" and str(A.shape[1]) == "3"
     assert C.op.input_tensors == [A]
+
+
+def test_tvm_idioms_for_dtypes_shapes_and_index_division():
+    # what a port of TVM's tutorials writes (issue 16, item 5)
+    import numpy as np
+
+    n = tl.var("n")
+    A = tl.placeholder((n, 8), "float32", name="A")
+    C = tl.compute((n, 8), lambda i, j: A[i, tl.indexmod(j + 1, 8)] +
+                   tl.indexdiv(j, 3).astype("float32"), name="C")
+    assert np.zeros((2, 3), dtype=C.dtype).dtype == np.float32
+    assert C.dtype == "float32" and C.dtype != "float64"
+    assert int(C.shape[1]) == 8
+    with pytest.raises(tl.TensorlangError, match="not a constant"):
+        int(C.shape[0])
+    f = tl.build(tl.create_schedule(C), [A, C])
+    a = np.arange(16, dtype="float32").reshape(2, 8)
+    c = np.zeros((2, 8), C.dtype)
+    f(a, c)
+    j = np.arange(8)
+    np.testing.assert_array_equal(c, a[:, (j + 1) % 8] + (j // 3))
