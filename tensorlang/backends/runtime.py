@@ -53,7 +53,8 @@ def _overlap(a, b) -> bool:
     return False
 
 
-def _value(e: Expr, env: dict[str, int]) -> int | None:
+def size_value(e: Expr, env: dict[str, int]) -> int | None:
+    """The value of a size expression once the sizes in `env` are known (None if not)."""
     v = simplify(substitute(e, {k: Const(x, e.dtype) for k, x in env.items()}))
     return int(v.value) if isinstance(v, Const) else None
 
@@ -118,7 +119,7 @@ def bind_arguments(buffers: list[Buffer], scalars: list[Var | None], params: lis
         if arr is None:
             continue
         for d, (ext, actual) in enumerate(zip(buf.shape, arr.shape)):
-            want = _value(ext, env)
+            want = size_value(ext, env)
             if want != actual:
                 raise TensorlangError(
                     f"argument {i} ({buf.name}): dimension {d} must be {ext} = {want}, "

@@ -115,6 +115,12 @@ def timed_statements(entries) -> list[TimedStatement]:
     return out
 
 
+def placed_loop_bound(img: isl.Set, li: int) -> int | None:
+    """The most iterations loop `li` of a placed statement makes for fixed outer loops;
+    `img` is the statement's image under its time map (None: grows with the sizes)."""
+    return extent_bound(dim_range(img, 2 + 2 * li))   # time dim of loop li
+
+
 def _placed_bounds(time: isl.Map, stmt: Statement, loops: tuple[Loop, ...]) -> tuple[Loop, ...]:
     """Vector and unrolled loops with the trip-count bound of the placed statement.
 
@@ -129,7 +135,7 @@ def _placed_bounds(time: isl.Map, stmt: Statement, loops: tuple[Loop, ...]) -> t
             continue
         if img is None:
             img = time.intersect_domain(stmt.domain).range()
-        bound = extent_bound(dim_range(img, 2 + 2 * li))   # time dim of loop li
+        bound = placed_loop_bound(img, li)
         if bound and bound < lp.max_extent:
             out[li] = replace(lp, max_extent=bound)
     return tuple(out)

@@ -133,7 +133,7 @@ class Stage:
         """The most iterations loop `name` of this stage makes per iteration of the loop it
         is computed at (its statements placed by compute_at; None when that still grows
         with the sizes)."""
-        from ..polyhedral.transform import dim_range, extent_bound
+        from ..polyhedral.astgen import placed_loop_bound
 
         prog = self.schedule.program
         states = {st.id: st.state for st in self.schedule.stages}
@@ -146,8 +146,7 @@ class Stage:
             idx = [li for li, lp in enumerate(ts.loops) if lp.name == name]
             if not idx:
                 continue
-            img = ts.time.intersect_domain(ts.stmt.domain).range()
-            b = extent_bound(dim_range(img, 2 + 2 * idx[-1]))
+            b = placed_loop_bound(ts.time.intersect_domain(ts.stmt.domain).range(), idx[-1])
             if b is None:
                 return None
             out = max(out, b)

@@ -11,17 +11,16 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import IndexBoundsError, TensorlangError
-from ...ir.expr import Const, Expr
-from ...ir.simplify import simplify
-from ...ir.visit import substitute
+from ...ir.expr import Expr
+from ..runtime import size_value
 from .codegen import ERROR_RECORD_LEN, generate
 
 
 def _eval(e: Expr, env: dict[str, int]) -> int:
-    v = simplify(substitute(e, {k: Const(x, e.dtype) for k, x in env.items()}))
-    if not isinstance(v, Const):
+    v = size_value(e, env)
+    if v is None:
         raise TensorlangError(f"cuda: the launch extent {e} does not follow from the sizes")
-    return int(v.value)
+    return v
 
 
 class CudaKernel:
