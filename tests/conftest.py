@@ -61,3 +61,6 @@ def pytest_addoption(parser):
                      help="examples of the legality-vs-brute-force property test")
     parser.addoption("--fuzz-examples", type=int, default=2000,
                      help="examples of the whole-pipeline differential fuzzer")
+    parser.addoption("--fuzz-random", action="store_true",
+                     help="draw the fuzzer's examples at random (default: a fixed sequence, "
+                          "so that CI is reproducible)")

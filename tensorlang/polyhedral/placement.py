@@ -30,6 +30,7 @@ from ..ir.simplify import simplify
 from ..ir.stmt import Allocate, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store
 from ..ir.visit import map_expr, map_stmt, walk, walk_stmt
 from .model import Loop, StageState, Statement
+from .transform import pw_extremes
 
 PREFIX = "tl__p"  # names of the prefix dimensions of expanded statements
 
@@ -280,7 +281,7 @@ def _local_buffers(prog, states, sid, foot: isl.Map, k: int, scope) -> list[Loca
     for d in range(n):
         lo, hi = foot.dim_min(d), foot.dim_max(d)
         ext = hi.sub(lo).add(isl.PwAff.val_on_domain(lo.domain(), isl.Val(1)))
-        mx = ext.max_val()
+        mx = pw_extremes(ext)[1]
         if mx.is_int():
             shape.append(Const(max(mx.to_python(), 0), int64))
         else:

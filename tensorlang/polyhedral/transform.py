@@ -33,13 +33,37 @@ def dim_range(img: isl.Set, d: int) -> isl.Set:
     return img
 
 
+def _set_var(space: isl.Space, d: int) -> isl.Aff:
+    return isl.Aff.var_on_domain(isl.LocalSpace.from_space(space), isl.dim_type.set, d)
+
+
 def extent_bound(r: isl.Set) -> int | None:
     """The largest number of values a `dim_range` takes for fixed outer dims (0 when empty),
-    or None when it grows with the sizes."""
+    or None when it grows with the sizes.
+
+    Asked of the set of pairs (a, b) of the range under the same parameters, as the largest
+    b - a: `dim_max - dim_min` can be a quasi-affine piece with rational coefficients, whose
+    `max_val` isl refuses."""
     if r.is_empty():
         return 0
-    v = r.dim_max(0).sub(r.dim_min(0)).max_val()
+    pairs = r.flat_product(r)
+    sp = pairs.get_space()
+    v = pairs.max_val(_set_var(sp, 1).sub(_set_var(sp, 0)))
     return v.to_python() + 1 if v.is_int() else None
+
+
+def pw_extremes(pa: isl.PwAff) -> tuple[isl.Val, isl.Val]:
+    """(min, max) of a piecewise quasi-affine expression over its domain and all parameter
+    values (infinite when unbounded). Asked of the expression's graph, as `PwAff.min_val`
+    fails on pieces with rational coefficients."""
+    if pa.get_space().is_set():          # a function of the parameters only
+        graph = isl.Set.from_pw_aff(pa)
+    else:
+        graph = isl.Map.from_pw_aff(pa).range()
+    if graph.is_empty():
+        return isl.Val.nan(graph.get_ctx()), isl.Val.nan(graph.get_ctx())
+    x = _set_var(graph.get_space(), 0)
+    return graph.min_val(x), graph.max_val(x)
 
 
 def loop_range(state: StageState, d: int) -> isl.Set:
@@ -49,7 +73,7 @@ def loop_range(state: StageState, d: int) -> isl.Set:
 
 def _const(pa: isl.PwAff) -> int | None:
     """The value of a piecewise-affine expression that is one constant, else None."""
-    lo, hi = pa.min_val(), pa.max_val()
+    lo, hi = pw_extremes(pa)
     if lo.is_int() and hi.is_int() and lo.eq(hi):
         return lo.to_python()
     return None

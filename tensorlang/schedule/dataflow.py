@@ -178,6 +178,7 @@ def rfactor(sch: Schedule, tensor, axis) -> Tensor:
     from ..ir.expr import And
     from ..polyhedral.affine import affine_str
     from ..polyhedral.placement import pw_aff_expr, set_expr
+    from ..polyhedral.transform import pw_extremes
     from ..te.reduce import Reduce
 
     t = sch._tensor(tensor, "rfactor", "tensor")
@@ -243,7 +244,7 @@ def rfactor(sch: Schedule, tensor, axis) -> Tensor:
     def axis_of(j, reduce):
         lo = img.dim_min(j).gist(sch.program.context)
         hi = img.dim_max(j).gist(sch.program.context)
-        a, b = lo.min_val(), hi.max_val()
+        a, b = pw_extremes(lo)[0], pw_extremes(hi)[1]
         if a.is_int() and b.is_int():   # bounded: a constant range (unused slots keep
             lo_e = Const(a.to_python(), int32)      # the identity)
             ext_e = Const(b.to_python() - a.to_python() + 1, int32)
