@@ -17,7 +17,7 @@ from .expr import (
     EQ, GE, GT, LE, LT, NE, Add, And, Call, Cast, Const, Div, Expr, FloorDiv, FloorMod, Load,
     IndexCheck, Max, Min, Mul, Not, Or, Select, Sub, Var,
 )
-from .stmt import Allocate, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store
+from .stmt import Allocate, Barrier, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store
 
 _CMP = {LT: np.less, LE: np.less_equal, GT: np.greater, GE: np.greater_equal, EQ: np.equal,
         NE: np.not_equal}
@@ -155,6 +155,11 @@ class Interpreter:
                 del self.mem[id(s.buffer)]
             else:
                 self.mem[id(s.buffer)] = outer
+        elif isinstance(s, Barrier):
+            raise TensorlangError(
+                "interp: a GPU barrier (a shared tile's copy); the interpreter runs a block's "
+                "threads one after the other, which a barrier cannot order. Run the kernel "
+                "with target='cuda'")
         else:
             raise TensorlangError(f"interp: unsupported statement {type(s).__name__}")
 

@@ -7,7 +7,7 @@ from .expr import (
     EQ, GE, GT, LE, LT, NE, Add, And, Call, Cast, Const, Div, Expr, FloorDiv, FloorMod, Load,
     Max, Min, Mul, Not, Or, Select, Sub, Var,
 )
-from .stmt import Allocate, For, If, Let, LoopKind, Seq, Stmt, Store
+from .stmt import Allocate, Barrier, For, If, Let, LoopKind, Seq, Stmt, Store
 
 _BINARY = {Add: ("+", 5), Sub: ("-", 5), Mul: ("*", 6), Div: ("/", 6), FloorDiv: ("//", 6),
            FloorMod: ("%", 6), LT: ("<", 4), LE: ("<=", 4), GT: (">", 4), GE: (">=", 4),
@@ -99,6 +99,8 @@ def _stmt(s: Stmt, indent: int, out: list[str]) -> None:
         shape = ", ".join(_expr(x) for x in b.shape)
         out.append(f"{pad}{b.name} = allocate({b.dtype}, [{shape}], {b.scope!r})")
         _stmt(s.body, indent, out)
+    elif isinstance(s, Barrier):
+        out.append(f"{pad}sync_threads()")
     else:
         out.append(f"{pad}<{type(s).__name__}>")
 

@@ -86,6 +86,12 @@ class Let(Stmt):
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Barrier(Stmt):
+    """Every thread of a GPU block waits here until all have arrived, and their earlier
+    writes (shared and global memory) are visible to all (CUDA's `__syncthreads()`)."""
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Seq(Stmt):
     stmts: tuple[Stmt, ...]
 

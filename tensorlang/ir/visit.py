@@ -8,7 +8,7 @@ from .expr import (
     And, BinaryOp, Call, Cast, CmpOp, Const, Expr, Load, Not, Or, Select, Var, binary, cast,
     compare, select,
 )
-from .stmt import Allocate, For, If, Let, Seq, Stmt, Store
+from .stmt import Allocate, Barrier, For, If, Let, Seq, Stmt, Store
 
 
 def rebuild(e: Expr, kids: tuple[Expr, ...]) -> Expr:
@@ -90,6 +90,8 @@ def map_stmt(s: Stmt, fexpr: Callable[[Expr], Expr],
             return Allocate(x.buffer, go(x.body))
         if isinstance(x, Let):
             return Let(x.var, fexpr(x.value), go(x.body))
+        if isinstance(x, Barrier):
+            return x
         raise TypeError(f"unknown statement {type(x).__name__}")
 
     return go(s)

@@ -168,6 +168,8 @@ class _Translator:
         from .placement import uses_buffer
 
         for L in self.locals:
+            if L.threads and k != L.time_dim:
+                continue   # a block's shared tile: one per block, declared where it lives
             if (k == L.time_dim or (parallel and k < L.time_dim)) and \
                     uses_buffer(body, L.buffer):
                 body = Allocate(L.buffer, body)

@@ -50,6 +50,7 @@ class StageState:
     trace: tuple[str, ...] = field(default=())
     attach: tuple[str, str] | None = None   # (consumer stage, loop) for compute_at; None: root
     scope: str = "local"                    # storage of its values when attached
+    sync: bool = True                       # barriers around a shared tile's copy
 
     @property
     def is_reduction(self) -> bool:

@@ -27,7 +27,7 @@ from ..errors import IllegalScheduleError, ScheduleError
 from ..ir.dtype import int64
 from ..ir.expr import Const, Expr, Load, Var
 from ..ir.simplify import simplify
-from ..ir.stmt import Allocate, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store
+from ..ir.stmt import Allocate, Barrier, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store
 from ..ir.visit import map_expr, map_stmt, walk, walk_stmt
 from .model import Loop, StageState, Statement
 from .transform import pw_extremes
@@ -64,6 +64,9 @@ class LocalBuffer:
     scope: tuple[int, ...]    # path constants shared by the statements inside the prefix
     offsets: tuple[isl.PwAff, ...]   # prefix -> lower corner of the footprint, per dim
     footprint: isl.Map        # prefix -> element
+    threads: tuple[int, ...] = ()    # prefix loops bound to threadIdx (a GPU block's
+    copies: tuple[str, ...] = ()     # shared tile, loaded by all its threads: `copies`)
+    extents: tuple[tuple[int, int], ...] = ()   # (thread loop, launch extent)
 
     @property
     def time_dim(self) -> int:
@@ -75,6 +78,7 @@ class LocalBuffer:
 class Placement:
     entries: list[Entry]
     locals: list[LocalBuffer]
+    barriers: list[Entry] = field(default_factory=list)   # GPU block barriers (codegen)
 
     def by_orig(self) -> dict[str, Entry]:
         return {e.orig: e for e in self.entries}
@@ -152,7 +156,11 @@ def place(prog, states: dict[str, StageState], base: list) -> Placement:
         e.path = e.padded(width)
     for L in locals_:
         _rewrite_local(prog, entries, L)
-    return Placement(entries, locals_)
+    barriers: list[Entry] = []
+    for L in locals_:
+        if L.threads and states[L.stage].sync:
+            barriers.extend(_barriers(prog, entries + barriers, L))
+    return Placement(entries, locals_, barriers)
 
 
 def _attach(prog, states, entries: list[Entry], sid: str, st: StageState) -> list[LocalBuffer]:
@@ -213,6 +221,11 @@ def _attach(prog, states, entries: list[Entry], sid: str, st: StageState) -> lis
             f"{label} at a loop that encloses all its readers, or at root",
             _witness(inf, e.stmt.dims, a, sizes))
     foot = foot.coalesce()
+    threads = _shared_threads(prog, st, A, k, label, clabel, loopname)
+    coop = None
+    if threads:
+        coop = _Coop(threads, A, k, label)
+        foot = coop.relax(foot)
     # expand the producer's statements over the footprint
     names = {e.stmt.name for e in entries}
     span = max(e.path[1] for e in mine) + 1 if mine else 1
@@ -243,10 +256,19 @@ def _attach(prog, states, entries: list[Entry], sid: str, st: StageState) -> lis
         E = E.intersect_range(expanded)
         back = isl.Map(f"[{ptext}] -> {{ {new}[{pd}, {dims}] -> {s.name}[{dims}] }}")
         pfx = isl.Map(f"[{ptext}] -> {{ {new}[{pd}, {dims}] -> [{pd}] }}")
-        lmap = pfx.flat_range_product(back.apply_range(e.lmap)).intersect_domain(expanded)
+        own_loops = e.loops[e.own_start:]
+        path = list(scope) + [e.path[1]] + e.path[2:]
+        if coop is None:
+            lmap = pfx.flat_range_product(back.apply_range(e.lmap))
+        else:   # each thread of the block copies every T-th element of the tile
+            expanded, rounds = coop.distribute(expanded, new, pd, dims)
+            lmap = pfx.flat_range_product(rounds.align_params(pfx.get_space()))
+            own_loops = (Loop(f"{label}.fetch"),)
+            path = list(scope) + [e.path[1], 0]
+        lmap = lmap.intersect_domain(expanded)
+        E = E.intersect_range(expanded)
         stmt = Statement(new, s.stage, pdims + s.dims, expanded, s.body, s.is_init)
-        ne = Entry(stmt, e.orig, list(scope) + [e.path[1]] + e.path[2:], lmap,
-                   A.loops[:k] + e.loops[e.own_start:], k, E)
+        ne = Entry(stmt, e.orig, path, lmap, A.loops[:k] + own_loops, k, E)
         ne.reads = {t: back.apply_range(m).intersect_domain(expanded)
                     for t, m in e.reads.items()}
         ne.writes = {t: back.apply_range(m).intersect_domain(expanded)
@@ -271,7 +293,150 @@ def _attach(prog, states, entries: list[Entry], sid: str, st: StageState) -> lis
                 f"the same iteration of {loopname} (only the elements {clabel} reads there "
                 f"are); a recurrence reads values before they are produced there. Compute "
                 f"{label} at root or at an outer loop", _witness(inf, dims, a, sizes))
-    return _local_buffers(prog, states, sid, foot, k, scope)
+    out = _local_buffers(prog, states, sid, foot, k, scope)
+    if threads:
+        out = [replace(L, threads=tuple(threads), extents=tuple(coop.extents.items()),
+                       copies=tuple(e.stmt.name for e in new_entries)) for L in out]
+    return out
+
+
+# --------------------------------------------------------------------- GPU shared tiles
+def _shared_threads(prog, st: StageState, A: Entry, k: int, label, clabel, loopname):
+    """The prefix loops bound to threadIdx when a "shared" stage is computed inside them: its
+    tile is then the block's (the footprint of all its threads), loaded by all of them."""
+    threads = [d for d in range(k) if A.loops[d].kind is LoopKind.GPU_THREAD]
+    if st.scope != "shared" or not threads:
+        return []
+    where = f"compute_at({label}, {clabel}.{loopname})"
+    if st.is_reduction:
+        raise NotImplementedError(f"{where}: a shared-memory stage that reduces is not "
+                                  "supported yet; compute the reduction into registers")
+    if any(lp.kind is not LoopKind.SERIAL for lp in st.loops) or \
+            len(st.loops) != len(st.axes):
+        raise NotImplementedError(
+            f"{where}: the loops of a shared tile are distributed over the block's threads by "
+            f"tensorlang (thread t copies elements t, t + T, ...); {label}'s own loops cannot "
+            "be scheduled yet (split/fuse/bind on them)")
+    return threads
+
+
+def _relaxed(k: int, threads, extents: dict[int, int], space) -> isl.Map:
+    """prefix -> prefix with the same loop values except the thread loops' (any value in
+    their launch extents on both sides)."""
+    ps = [f"p{d}" for d in range(k)]
+    qs = [f"q{d}" if d in threads else f"p{d}" for d in range(k)]
+    box = " and ".join(f"0 <= p{d} < {extents[d]} and 0 <= q{d} < {extents[d]}"
+                       for d in threads)
+    return isl.Map(f"{{ [{', '.join(ps)}] -> [{', '.join(qs)}] : {box} }}").align_params(space)
+
+
+class _Coop:
+    """The cooperative load of a block's shared tile: the T threads of the block take the
+    tile's elements in row-major order, thread t the elements t, t + T, t + 2T, ... (one
+    round per T elements), so that neighbouring threads read neighbouring addresses."""
+
+    def __init__(self, threads: list[int], A: Entry, k: int, label):
+        rng = loop_prefix(A.lmap, k).range()
+        self.k = k
+        self.label = label
+        self.threads = threads
+        self.strides: dict[int, int] = {}
+        self.extents: dict[int, int] = {}
+        T = 1
+        order = sorted(threads, key=lambda d: A.loops[d].thread_tag)   # x, then y, then z
+        for d in order:
+            sp = rng.get_space()
+            v = isl.Aff.var_on_domain(isl.LocalSpace.from_space(sp), isl.dim_type.set, d)
+            lo, hi = rng.min_val(v), rng.max_val(v)
+            if not (lo.is_int() and hi.is_int()) or lo.to_python() != 0:
+                raise NotImplementedError(
+                    f"compute_at({label}): the thread loop {A.loops[d].name} must start at 0 "
+                    "and have a constant extent for a shared tile")
+            self.strides[d] = T
+            self.extents[d] = hi.to_python() + 1
+            T *= self.extents[d]
+        self.T = T
+
+    def relax(self, foot: isl.Map) -> isl.Map:
+        """The footprint of every thread of the block: prefix -> elements read at any
+        values of the prefix's thread loops (the other prefix loops equal); also sets the
+        tile's corner and shape."""
+        label = self.label
+        foot = _relaxed(self.k, self.threads, self.extents, foot.get_space()).apply_range(
+            foot).coalesce()
+        n = foot.dim(isl.dim_type.out)
+        self.offsets, self.shape = [], []
+        for d in range(n):
+            lo, hi = foot.dim_min(d), foot.dim_max(d)
+            ext = pw_extremes(hi.sub(lo))[1]
+            if not ext.is_int():
+                raise NotImplementedError(
+                    f"compute_at({label}): a shared tile needs a constant shape; dimension "
+                    f"{d} of {label}'s tile grows with the sizes")
+            self.offsets.append(lo)
+            self.shape.append(ext.to_python() + 1)
+        return foot
+
+    def distribute(self, expanded: isl.Set, name: str, pd: str, dims: str):
+        """The expanded instances each thread copies, and instance -> its round."""
+        k = self.k
+        sp = expanded.get_space()
+        ls = isl.LocalSpace.from_space(sp)
+
+        def var(i):
+            return isl.PwAff.from_aff(isl.Aff.var_on_domain(ls, isl.dim_type.set, i))
+
+        to_prefix = isl.MultiAff(f"{{ {name}[{pd}, {dims}] -> [{pd}] }}")
+        to_prefix = to_prefix.align_params(sp)
+        lin = None
+        for d, (off, ext) in enumerate(zip(self.offsets, self.shape)):
+            rel = var(k + d).sub(off.align_params(sp).pullback_multi_aff(to_prefix))
+            lin = rel if lin is None else lin.scale_val(isl.Val(ext)).add(rel)
+        tid = None
+        for d, stride in self.strides.items():
+            t = var(d).scale_val(isl.Val(stride))
+            tid = t if tid is None else tid.add(t)
+        mine = lin.sub(tid).mod_val(isl.Val(self.T)).zero_set()
+        expanded = expanded.intersect(mine)
+        rounds = isl.Map.from_pw_aff(lin.scale_down_val(isl.Val(self.T)).floor())
+        return expanded, rounds
+
+
+def _barriers(prog, entries: list[Entry], L: LocalBuffer) -> list[Entry]:
+    """Two barriers around the copy of a shared tile, in the loop it is computed in: before
+    it (the previous iteration's readers are done) and after it (the tile is complete).
+    Their instances are every thread of the block at every prefix where the block runs
+    anything inside the loop, so that all threads meet each one."""
+    k = L.n_prefix
+    width = len(L.scope) + 1
+    inside = [e for e in entries
+              if len(e.loops) >= k and tuple(e.padded(width)[:len(L.scope)]) == L.scope]
+    for e in inside:
+        e.path = e.padded(width)
+        e.path[k + 1] = 3 * e.path[k + 1] + 1
+    pos = [e.path[k + 1] for e in inside if e.stmt.name in L.copies]
+    where = None
+    for e in inside:
+        r = loop_prefix(e.lmap, k).range()
+        where = r if where is None else where.union(r)
+    where = where.apply(_relaxed(k, L.threads, dict(L.extents), where.get_space())).coalesce()
+    A = inside[0]
+    out = []
+    names = {e.stmt.name for e in entries}
+    for j, p in enumerate((min(pos) - 1, max(pos) + 1)):
+        name = f"{prog.stage_label(L.stage)}_sync{j}"
+        while name in names:
+            name += "_"
+        names.add(name)
+        pdims = tuple(f"{PREFIX}{d}" for d in range(k))
+        dom = where.set_tuple_name(name)
+        for d, nm in enumerate(pdims):
+            dom = dom.set_dim_name(isl.dim_type.set, d, nm)
+        lmap = isl.Map(f"{{ {name}[{', '.join(pdims)}] -> [{', '.join(pdims)}] }}")
+        lmap = lmap.align_params(dom.get_space()).intersect_domain(dom)
+        stmt = Statement(name, L.stage, pdims, dom, Barrier(), False)
+        out.append(Entry(stmt, name, list(L.scope) + [p], lmap, A.loops[:k], k))
+    return out
 
 
 def _local_buffers(prog, states, sid, foot: isl.Map, k: int, scope) -> list[LocalBuffer]:

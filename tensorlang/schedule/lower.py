@@ -139,7 +139,7 @@ def lower(s: Schedule, args, name: str = "main", checks: bool = True) -> Lowered
         violations = prog.violations
         with timed("isl ast"):
             pl = prog.place({st.id: st.state for st in s.stages})
-            timed_stmts = timed_statements(pl.entries)
+            timed_stmts = timed_statements(pl.entries + pl.barriers)
             debug_print(4, "isl schedule", "\n".join(str(t.time) for t in timed_stmts))
             body = generate_loops(timed_stmts, prog.context, params, pl.locals)
         used = _stored_buffers(body)

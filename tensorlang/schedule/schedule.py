@@ -66,6 +66,11 @@ class Stage:
         """The names of the stage's loops, outer first."""
         return [lp.name for lp in self.state.loops]
 
+    @property
+    def leaf_iter_vars(self) -> list[LoopAxis]:
+        """The stage's loops, outer first, as handles for primitives (TVM's name)."""
+        return [LoopAxis(self, n) for n in self.loops]
+
     def __repr__(self) -> str:
         return f"Stage({self.id}: {', '.join(self.loops)})"
 
@@ -338,6 +343,19 @@ class Stage:
         new = replace(self.state, attach=(parent.id, loop),
                       trace=self.state.trace + (f"compute_at({parent.id}, {loop})",))
         self._apply(new, f"compute_at({parent.id}, {loop})", check_all=True)
+
+    def no_sync(self) -> None:
+        """Leave out the barriers around this shared stage's copy inside a GPU block (the
+        one before it and the one after it). Checked like every primitive: when a thread
+        could then read (or overwrite) an element of the tile that another thread wrote
+        with no barrier between them, it is refused with the two threads and the element.
+        Useful when each thread reads only what it copied itself."""
+        if self.state.scope != "shared":
+            raise ScheduleError(f"no_sync: stage {self.id} is not in shared memory "
+                                f"(its scope is {self.state.scope!r}); barriers order "
+                                "only shared tiles")
+        new = replace(self.state, sync=False, trace=self.state.trace + ("no_sync()",))
+        self._apply(new, "no_sync()", check_all=True)
 
     def compute_root(self) -> None:
         """Compute this stage in full before the stages that read it (the default)."""

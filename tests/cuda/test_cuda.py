@@ -99,8 +99,46 @@ def pipeline():
     return s, [X, Idx, S], ref
 
 
+def matmul_shared(tile=16, k_tile=16):
+    """16 x 16 threads, one output each; A's and B's k-slices of the block in shared memory."""
+    s, args, ref = matmul(tile)
+    A, B, C = args
+    AA = s.cache_read(A, "shared", [C])
+    BB = s.cache_read(B, "shared", [C])
+    io, jo, ii, ji = s[C].leaf_iter_vars[:4]
+    ko, ki = s[C].split(C.op.reduce_axis[0], factor=k_tile)
+    s[AA].compute_at(s[C], ko)
+    s[BB].compute_at(s[C], ko)
+    return s, args, ref
+
+
+def sgemm(block=(64, 64), thread=(4, 4), k_tile=8):
+    """The library's SGEMM schedule: shared-memory k-slices and register tiles."""
+    from tensorlang.schedule import gpu
+
+    n, m, p = tl.var("n"), tl.var("m"), tl.var("p")
+    A = tl.placeholder((n, p), name="A")
+    B = tl.placeholder((p, m), name="B")
+    k = tl.reduce_axis((0, p), name="k")
+    C = tl.compute((n, m), lambda i, j: tl.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = tl.create_schedule(C)
+    gpu.matmul(s, C, block, thread, k_tile)
+    return s, [A, B, C], lambda a, b: a @ b
+
+
+def vadd_shared():
+    """Each thread reads only the element it copied to shared memory: the barriers can go."""
+    s, args, ref = vadd(64)
+    A, B, C = args
+    AA = s.cache_read(A, "shared", [C])
+    s[AA].compute_at(s[C], s[C].leaf_iter_vars[1])
+    s[AA].no_sync()
+    return s, args, ref
+
+
 CASES = {"vadd": vadd, "matmul": matmul, "matmul_register_tiles": matmul_register_tiles,
-         "pipeline": pipeline}
+         "pipeline": pipeline, "matmul_shared": matmul_shared, "sgemm": sgemm,
+         "vadd_shared": vadd_shared}
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
@@ -150,7 +188,7 @@ def test_vector_add_on_the_gpu(size):
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(1, 1, 1), (16, 16, 16), (37, 53, 29), (128, 96, 64),
                                    (130, 67, 200)])
-@pytest.mark.parametrize("make", [matmul, matmul_register_tiles])
+@pytest.mark.parametrize("make", [matmul, matmul_register_tiles, matmul_shared, sgemm])
 def test_matmul_on_the_gpu(make, shape):
     n, m, p = shape
     s, args, ref = make()
@@ -161,6 +199,19 @@ def test_matmul_on_the_gpu(make, shape):
     c = np.zeros((n, m), np.float32)
     f(a, b, c)
     np.testing.assert_allclose(c, ref(a, b), rtol=1e-4, atol=1e-4)
+
+
+@GPU
+@pytest.mark.gpu
+@pytest.mark.parametrize("size", [1, 63, 64, 1000])
+def test_shared_copy_without_barriers_on_the_gpu(size):
+    s, args, ref = vadd_shared()
+    f = tl.build(s, args, target="cuda")
+    assert "__syncthreads" not in f.get_source() and "__shared__" in f.get_source()
+    a, b = np.arange(size, dtype=np.float32), np.ones(size, np.float32)
+    c = np.zeros(size, np.float32)
+    f(a, b, c)
+    np.testing.assert_allclose(c, ref(a, b))
 
 
 @GPU
@@ -208,3 +259,67 @@ def test_a_call_without_pycuda_or_a_gpu_is_a_clear_error():
     a = np.ones(10, np.float32)
     with pytest.raises(tl.TensorlangError, match="pycuda"):
         f(a, a.copy(), np.zeros(10, np.float32))
+
+
+# ----------------------------------------------------------------- shared memory (no GPU)
+def test_shared_tiles_have_barriers_and_are_loaded_by_all_threads():
+    s, args, _ = matmul_shared()
+    text = str(tl.lower(s, args))
+    assert text.count("sync_threads()") == 4 and "'shared'" in text
+    src = tl.build(s, args, target="cuda").get_source()
+    assert "__shared__ float A_shared[256];" in src and "__shared__ float B_shared[256];" in src
+    # the copies sit between two barriers, and both tiles are loaded before the k loop
+    body = src[src.index("A_shared[256]"):]
+    assert body.index("__syncthreads") < body.index("A_shared[((") < body.index("k_inner")
+
+
+def test_sgemm_tiles_are_fetched_in_rounds_by_the_block():
+    s, args, _ = sgemm()
+    text = str(tl.lower(s, args))
+    # a 64 x 8 tile over 256 threads: at most two rounds for each thread
+    assert "for A_shared_fetch in range(min(2, " in text
+    src = tl.build(s, args, target="cuda").get_source()
+    assert src.count("__syncthreads();") == 3     # before A, between A and B (one), after B
+
+
+def test_no_sync_is_refused_with_the_racing_threads():
+    s, args, _ = sgemm()
+    A_shared = next(st for st in s.stages if st.id == "A_shared")
+    with pytest.raises(tl.IllegalScheduleError, match="missing barrier") as err:
+        A_shared.no_sync()
+    w = err.value.witness
+    assert w.source_loops != w.sink_loops           # two different threads
+    assert {w.source_statement, w.sink_statement} == {"A_shared", "C_local"}
+    assert "of the same block" in str(err.value)
+    # the schedule is left as it was: it still builds, with its barriers
+    assert tl.build(s, args, target="cuda").get_source().count("__syncthreads") == 3
+    with pytest.raises(tl.ScheduleError, match="not in shared memory"):
+        s[args[2]].no_sync()
+
+
+def test_no_sync_is_accepted_when_each_thread_reads_its_own_copy():
+    s, args, _ = vadd_shared()
+    src = tl.build(s, args, target="cuda").get_source()
+    assert "__syncthreads" not in src and "__shared__ float A_shared[64];" in src
+
+
+def test_shared_tiles_do_not_run_on_the_cpu():
+    s, args, _ = matmul_shared()
+    with pytest.raises(tl.TensorlangError, match="cuda"):
+        tl.build(s, args, target="llvm")
+    from tensorlang.ir.interp import run_lowered
+
+    low = tl.lower(s, args)
+    a = np.ones((4, 4), np.float32)
+    with pytest.raises(tl.TensorlangError, match="barrier|GPU"):
+        run_lowered(low, [a, a.copy(), np.zeros((4, 4), np.float32)])
+
+
+def test_a_scheduled_shared_copy_is_not_implemented_yet():
+    s, args, _ = matmul(16)
+    A, B, C = args
+    AA = s.cache_read(A, "shared", [C])
+    ko, ki = s[C].split(C.op.reduce_axis[0], factor=16)
+    s[AA].split(s[AA].op.axis[1], factor=4)
+    with pytest.raises(NotImplementedError, match="distributed over the block's threads"):
+        s[AA].compute_at(s[C], ko)

@@ -13,7 +13,9 @@ minimum/maximum propagate NaN; float -> int saturates (NaN -> 0); float16 is sto
 `__half` and computed in float. A failed index check writes the kernel's error record
 (`tl_error`: [check + 1, index, extent, iteration...]) and returns.
 
-Not yet: shared memory (`cache_read(..., "shared")`), barriers, vector types, and NVPTX.
+A block's shared tile (`cache_read(..., "shared")` computed inside the thread loops) is a
+`__shared__` array; the barriers placed around its copy become `__syncthreads()` (two in a
+row wait once). Not yet: vector types and NVPTX.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from ...ir.expr import (
     EQ, GE, GT, LE, LT, NE, Add, And, Call, Cast, Const, Div, Expr, FloorDiv, FloorMod,
     IndexCheck, Load, Max, Min, Mul, Not, Or, Select, Sub, Var,
 )
-from ...ir.stmt import Allocate, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store
+from ...ir.stmt import Allocate, Barrier, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store
 from ...ir.visit import stmt_exprs, walk, walk_stmt
 
 ERROR_RECORD_LEN = 16
@@ -99,6 +101,7 @@ class KernelWriter:
         self.lines: list[str] = []
         self.indent = 1
         self.names: dict[int, str] = {}
+        self.shared_bytes = 0
 
     def emit(self, text: str) -> None:
         self.lines.append("  " * self.indent + text)
@@ -246,8 +249,13 @@ class KernelWriter:
 
     def stmt(self, s: Stmt) -> None:
         if isinstance(s, Seq):
+            prev = None
             for x in s.stmts:
-                self.stmt(x)
+                if not (isinstance(x, Barrier) and isinstance(prev, Barrier)):
+                    self.stmt(x)    # two barriers in a row wait as one
+                prev = x
+        elif isinstance(s, Barrier):
+            self.emit("__syncthreads();")
         elif isinstance(s, Store):
             self.emit_checks(s)
             v = self.expr(s.value)
@@ -304,7 +312,10 @@ class KernelWriter:
                 count *= int(x.value)
             self.emit("{")
             self.indent += 1
-            self.emit(f"{C_TYPES[s.buffer.dtype.name]} {s.buffer.name}[{max(count, 1)}];")
+            shared = "__shared__ " if s.buffer.scope == "shared" else ""
+            self.emit(f"{shared}{C_TYPES[s.buffer.dtype.name]} {s.buffer.name}"
+                      f"[{max(count, 1)}];")
+            self.shared_bytes += max(count, 1) * s.buffer.dtype.itemsize if shared else 0
             self.stmt(s.body)
             self.indent -= 1
             self.emit("}")

@@ -1,0 +1,79 @@
+"""Ready-made GPU schedules for common kernel shapes, written with the public primitives.
+
+They are what `G.Executor(target="cuda")` uses and what tutorials/06_cuda.py builds step by
+step; each returns the loops it made so that callers can schedule further.
+
+- `elementwise(s, T)`: all axes fused, split by the block size, blockIdx.x / threadIdx.x.
+- `matmul(s, C)`: a stage `C[i, j] = sum_k ...` (two spatial axes, one reduce axis), the
+  classic SGEMM: a `block` tile of C per block, a `thread` tile per thread accumulated in
+  registers (`cache_write(C, "local")`), the inputs' k-slices copied to shared memory
+  (`cache_read(..., "shared")`, loaded by all the block's threads between two barriers).
+"""
+
+from __future__ import annotations
+
+from ..errors import ScheduleError
+from ..te.tensor import Tensor
+
+
+def _int(x, what: str) -> int:
+    if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+        raise ScheduleError(f"{what} must be a positive int, got {x!r}")
+    return x
+
+
+def elementwise(s, T: Tensor, threads: int = 256):
+    """One thread per element: (blockIdx.x, threadIdx.x) loops."""
+    threads = _int(threads, "threads")
+    axes = list(s[T].op.axis)
+    if not axes:
+        raise ScheduleError(f"elementwise: {T.name} has no axes to spread over threads")
+    loop = axes[0] if len(axes) == 1 else s[T].fuse(*axes)
+    bo, bi = s[T].split(loop, factor=threads)
+    s[T].bind(bo, "blockIdx.x")
+    s[T].bind(bi, "threadIdx.x")
+    return bo, bi
+
+
+def matmul(s, C: Tensor, block=(64, 64), thread=(4, 4), k_tile: int = 8,
+           shared: bool = True):
+    """Shared-memory and register tiling of a matmul-shaped stage (see the module doc).
+
+    `block` / `thread`: the C tile of a block / of a thread (each must divide the other),
+    so a block runs (block[0] // thread[0]) x (block[1] // thread[1]) threads. Returns
+    (C_local, [A_shared, B_shared]) (an empty list when `shared` is False)."""
+    bm, bn = (_int(x, "block") for x in block)
+    tm, tn = (_int(x, "thread") for x in thread)
+    k_tile = _int(k_tile, "k_tile")
+    if bm % tm or bn % tn:
+        raise ScheduleError(f"matmul: the thread tile {thread} must divide the block tile "
+                            f"{block}")
+    if (bm // tm) * (bn // tn) > 1024:
+        raise ScheduleError(f"matmul: {bm // tm} x {bn // tn} threads per block; the limit "
+                            "is 1024")
+    op = s[C].op
+    if len(op.axis) != 2 or len(op.reduce_axis) != 1:
+        raise ScheduleError(f"matmul: {C.name} must have two spatial axes and one reduce "
+                            f"axis, has {len(op.axis)} and {len(op.reduce_axis)}")
+    inputs = [t for t in op.input_tensors] if shared else []
+    CL = s.cache_write(C, "local")
+    caches = [s.cache_read(t, "shared", [CL]) for t in inputs]
+    i, j = s[C].op.axis
+    bi, bj, ti, tj = s[C].tile(i, j, bm, bn)
+    tio, tii = s[C].split(ti, factor=tm)
+    tjo, tji = s[C].split(tj, factor=tn)
+    s[C].reorder(bi, bj, tio, tjo, tii, tji)
+    s[C].bind(bi, "blockIdx.y")
+    s[C].bind(bj, "blockIdx.x")
+    s[C].bind(tio, "threadIdx.y")
+    s[C].bind(tjo, "threadIdx.x")
+    s[CL].compute_at(s[C], tjo)
+    li, lj = s[CL].op.axis
+    (lk,) = s[CL].op.reduce_axis
+    ko, ki = s[CL].split(lk, factor=k_tile)
+    s[CL].reorder(ko, ki, li, lj)
+    s[CL].unroll(li)
+    s[CL].unroll(lj)
+    for t in caches:
+        s[t].compute_at(s[CL], ko)
+    return CL, caches
