@@ -44,7 +44,8 @@ class Stmt:
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
 class For(Stmt):
-    """for var in range(min, min + extent): body."""
+    """for var in range(min, min + extent): body. `max_extent`: a constant the extent never
+    exceeds (isl's bound), when the extent is not itself a constant and one is known."""
 
     var: Var
     min: Expr
@@ -52,6 +53,7 @@ class For(Stmt):
     body: Stmt
     kind: LoopKind = LoopKind.SERIAL
     thread_tag: str = ""
+    max_extent: int | None = None
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)

@@ -77,7 +77,8 @@ def map_stmt(s: Stmt, fexpr: Callable[[Expr], Expr],
     """Apply `fexpr` to every expression of a statement tree (and `fbuf` to stored buffers)."""
     def go(x: Stmt) -> Stmt:
         if isinstance(x, For):
-            return For(x.var, fexpr(x.min), fexpr(x.extent), go(x.body), x.kind, x.thread_tag)
+            return For(x.var, fexpr(x.min), fexpr(x.extent), go(x.body), x.kind, x.thread_tag,
+                       x.max_extent)
         if isinstance(x, Store):
             return Store(x.buffer if fbuf is None else fbuf(x.buffer),
                          tuple(fexpr(i) for i in x.indices), fexpr(x.value))

@@ -160,6 +160,7 @@ class _Translator:
         self.by_name = {t.stmt.name: t for t in timed}
         self.params = params
         self.env: dict[str, Var] = {}  # isl iterator -> loop variable
+        self.images: dict[str, isl.Set] = {}   # statement -> its time image
         self.locals = list(locals_)
 
     def allocate_locals(self, k: int, body: Stmt, parallel: bool) -> Stmt:
@@ -202,6 +203,31 @@ class _Translator:
         if op in (isl.ast_expr_op_type.select, isl.ast_expr_op_type.cond):
             return select(args[0], args[1], args[2])
         raise TensorlangError(f"internal: unsupported isl AST operation {op}")
+
+    def users(self, node: isl.AstNode) -> list[TimedStatement]:
+        found: list[TimedStatement] = []
+
+        def visit(n: isl.AstNode) -> bool:
+            if n.get_type() == isl.ast_node_type.user:
+                found.append(self.by_name[n.user_get_expr().get_op_arg(0).get_id().get_name()])
+                return False
+            return True
+
+        node.foreach_descendant_top_down(visit)
+        return found
+
+    def extent_bound(self, k_dim: int, body: isl.AstNode) -> int | None:
+        """isl's constant bound on the trip count of the loop over time dim `k_dim` whose
+        body is `body` (the union of the ranges of the statements inside), or None."""
+        img = None
+        for ts in self.users(body):
+            if ts.stmt.name not in self.images:
+                self.images[ts.stmt.name] = ts.time.intersect_domain(ts.stmt.domain).range()
+            r = self.images[ts.stmt.name]
+            img = r if img is None else img.union(r)
+        if img is None:
+            return None
+        return extent_bound(dim_range(img, k_dim))
 
     def first_user(self, node: isl.AstNode) -> TimedStatement | None:
         found: list[TimedStatement] = []
@@ -287,7 +313,9 @@ class _Translator:
                                                LoopKind.GPU_THREAD))
                 init, extent = simplify(init), simplify(extent)
                 if step == 1:
-                    return _loop(v, init, extent, body, info)
+                    bound = None if isinstance(extent, Const) else \
+                        self.extent_bound(k_dim, n.for_get_body())
+                    return _loop(v, init, extent, body, info, bound)
                 # a strided loop (isl found that only every step-th value has points): count
                 # its iterations with k and let v = init + step * k
                 k = Var(self.unique(f"{v.name}_k"), int64)
@@ -315,15 +343,19 @@ class _Translator:
         raise TensorlangError(f"internal: unsupported isl AST node {t}")
 
 
-def _loop(v: Var, init: Expr, extent: Expr, body: Stmt, info: Loop) -> Stmt:
+def _loop(v: Var, init: Expr, extent: Expr, body: Stmt, info: Loop,
+          bound: int | None = None) -> Stmt:
     """A loop; a vector or unrolled one whose extent varies is split into the full case
-    (extent == its constant bound: vector/unrolled) and the rest (serial)."""
+    (extent == its constant bound: vector/unrolled) and the rest (serial). `bound`: isl's
+    constant bound on the extent, if any."""
     wide = info.kind in (LoopKind.VECTORIZED, LoopKind.UNROLLED)
+    if isinstance(extent, Const):
+        bound = None
     if not wide or isinstance(extent, Const) or info.max_extent is None:
-        return For(v, init, extent, body, info.kind, info.thread_tag)
+        return For(v, init, extent, body, info.kind, info.thread_tag, bound)
     full = Const(info.max_extent, extent.dtype)
     return If(compare(EQ, extent, full), For(v, init, full, body, info.kind),
-              For(v, init, extent, body, LoopKind.SERIAL))
+              For(v, init, extent, body, LoopKind.SERIAL, "", info.max_extent))
 
 
 def generate_loops(timed: list[TimedStatement], context: isl.Set,
@@ -398,6 +430,6 @@ def _head(s: Stmt) -> Stmt:
 
 def _with_body(s: Stmt, body: Stmt) -> Stmt:
     if isinstance(s, For):
-        return For(s.var, s.min, s.extent, body, s.kind, s.thread_tag)
+        return For(s.var, s.min, s.extent, body, s.kind, s.thread_tag, s.max_extent)
     return Let(s.var, s.value, body)
 

@@ -510,7 +510,7 @@ def _restore_stores(s: Stmt, L: LocalBuffer, shift) -> Stmt:
         return Let(s.var, s.value, _restore_stores(s.body, L, shift))
     if isinstance(s, For):
         return For(s.var, s.min, s.extent, _restore_stores(s.body, L, shift), s.kind,
-                   s.thread_tag)
+                   s.thread_tag, s.max_extent)
     if isinstance(s, Allocate):
         return Allocate(s.buffer, _restore_stores(s.body, L, shift))
     return s

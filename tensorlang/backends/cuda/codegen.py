@@ -26,12 +26,15 @@ from ...errors import ScheduleError, TensorlangError
 from ...ir.dtype import DType
 from ...ir.expr import (
     EQ, GE, GT, LE, LT, NE, Add, And, Call, Cast, Const, Div, Expr, FloorDiv, FloorMod,
-    IndexCheck, Load, Max, Min, Mul, Not, Or, Select, Sub, Var,
+    IndexCheck, Load, Max, Min, Mul, Not, Or, Select, Sub, Var, compare,
 )
 from ...ir.stmt import Allocate, Barrier, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store
 from ...ir.visit import stmt_exprs, walk, walk_stmt
+from ...ir.unswitch import unswitch
+from ...polyhedral.placement import uses_buffer
 
 ERROR_RECORD_LEN = 16
+MAX_GUARDED_UNROLL = 64   # loops over register arrays up to this bound are unrolled
 STATUS_INDEX = 3
 
 C_TYPES = {"bool": "unsigned char", "int8": "signed char", "int16": "short", "int32": "int",
@@ -102,6 +105,7 @@ class KernelWriter:
         self.indent = 1
         self.names: dict[int, str] = {}
         self.shared_bytes = 0
+        self.registers: list[Buffer] = []   # per-thread arrays allocated so far
 
     def emit(self, text: str) -> None:
         self.lines.append("  " * self.indent + text)
@@ -273,10 +277,26 @@ class KernelWriter:
                     f"cuda: loop {s.var.name} is bound to {s.thread_tag} but is not among "
                     "the outermost, perfectly nested loops of its stage; bind the outer loops")
             self.emit_checks(s)
-            if s.kind is LoopKind.UNROLLED:
-                self.emit("#pragma unroll")
             lo, ext = self.expr(s.min), self.expr(s.extent)
             v = s.var.name
+            if s.max_extent is not None and s.max_extent <= MAX_GUARDED_UNROLL and \
+                    any(uses_buffer(s.body, b) for b in self.registers):
+                # a register array indexed by this loop: a constant trip count, fully
+                # unrolled, with the real extent as a guard, so that every index is a
+                # constant and the array stays in registers (not local memory)
+                self.emit("#pragma unroll")
+                self.emit(f"for (long long {v} = {lo}; {v} < {lo} + {s.max_extent}LL; ++{v}) {{")
+                self.indent += 1
+                self.emit(f"if ({v} < {lo} + (long long)({ext})) {{")
+                self.indent += 1
+                self.stmt(s.body)
+                self.indent -= 1
+                self.emit("}")
+                self.indent -= 1
+                self.emit("}")
+                return
+            if s.kind is LoopKind.UNROLLED:
+                self.emit("#pragma unroll")
             self.emit(f"for (long long {v} = {lo}; {v} < {lo} + (long long)({ext}); ++{v}) {{")
             self.indent += 1
             self.stmt(s.body)
@@ -313,6 +333,8 @@ class KernelWriter:
             self.emit("{")
             self.indent += 1
             shared = "__shared__ " if s.buffer.scope == "shared" else ""
+            if not shared:
+                self.registers.append(s.buffer)
             self.emit(f"{shared}{C_TYPES[s.buffer.dtype.name]} {s.buffer.name}"
                       f"[{max(count, 1)}];")
             self.shared_bytes += max(count, 1) * s.buffer.dtype.itemsize if shared else 0
@@ -345,6 +367,34 @@ def _used(s: Stmt) -> tuple[list[Buffer], set[str]]:
 
 
 _DIM = {"x": 0, "y": 1, "z": 2}
+
+
+def _full_tiles(s: Stmt, registers: list[Buffer]) -> Stmt:
+    """A loop over a register array whose extent varies (a partial tile) becomes
+    `if extent == bound: <unrolled, constant extent> else: <guarded>`, so that unswitching
+    can give the full tiles code without a branch."""
+    def go(x: Stmt) -> Stmt:
+        if isinstance(x, For):
+            body = go(x.body)
+            if x.max_extent is not None and x.max_extent <= MAX_GUARDED_UNROLL and \
+                    not isinstance(x.extent, Const) and \
+                    any(uses_buffer(body, b) for b in registers):
+                full = Const(x.max_extent, x.extent.dtype)
+                return If(compare(EQ, x.extent, full),
+                          For(x.var, x.min, full, body, LoopKind.UNROLLED),
+                          For(x.var, x.min, x.extent, body, x.kind, x.thread_tag,
+                              x.max_extent))
+            return For(x.var, x.min, x.extent, body, x.kind, x.thread_tag, x.max_extent)
+        if isinstance(x, Seq):
+            return Seq(tuple(go(y) for y in x.stmts))
+        if isinstance(x, If):
+            return If(x.cond, go(x.then_body), None if x.else_body is None else go(x.else_body))
+        if isinstance(x, Let):
+            return Let(x.var, x.value, go(x.body))
+        if isinstance(x, Allocate):
+            return Allocate(x.buffer, go(x.body))
+        return x
+    return go(s)
 
 
 def _bound_below(s: Stmt, buf: Buffer) -> bool:
@@ -395,6 +445,10 @@ def generate(name: str, buffers: list[Buffer], params: list[Var], body: Stmt):
             guards.append(f"{loop.var.name} < {lo}{w.expr(ext)}")
         if guards:
             w.emit(f"if (!({' && '.join(guards)})) return;")
+        registers = [x.buffer for x in walk_stmt(inner)
+                     if isinstance(x, Allocate) and x.buffer.scope != "shared"]
+        inner = unswitch(_full_tiles(inner, registers),
+                         {lp.var.name for lp, tag in bound if tag.startswith("threadIdx")})
         w.stmt(inner)
         bufs, names = _used(st)
         bufs.sort(key=lambda b: order.get(id(b), len(order)))
