@@ -117,7 +117,7 @@ def _check_kernel(prog, pl, shared, ents, bars, tmap, tinfo) -> None:
         lt = isl.Map.lex_lt(bt.get_space())
         sep = lt.intersect_range(bt).apply_range(lt.intersect_domain(bt))
         sep = sep.union(sep.reverse())
-    for key, accs in access.items():
+    for accs in access.values():
         for a, loc_a, wa, acc_a in accs:
             if not wa:
                 continue
@@ -202,7 +202,8 @@ def _raise(prog, a: Entry, b: Entry, acc_a, acc_b, b_writes, rel, tinfo, same_bl
     else:
         msg = (f"race between blocks: block ({fmt(blk_a)}) writes "
                f"{tensor}[{', '.join(map(str, ea))}] in {la}[{fmt(ia)}] and block "
-               f"({fmt(blk_b)}) {verb} it{same_pos} in {lb}[{fmt(ib)}]{where}; blocks of one "
+               f"({fmt(blk_b)}) {verb} {'it' if ea == eb else elem_b} in {lb}[{fmt(ib)}]"
+               f"{where}; blocks of one "
                "launch cannot wait for each other, so no barrier can order them. Bind "
                "loops so that each element is touched by one block")
     if b_writes:
