@@ -4,11 +4,19 @@ Slow and simple on purpose. Values are numpy scalars of each expression's dtype 
 wrap-around and float rounding match compiled code for the basic operations); buffers are
 numpy arrays. `parallel_order="reverse"` runs parallel and vectorized loops backwards, which
 exposes a schedule whose parallel loop carries a dependence.
+
+GPU kernels run with CUDA's semantics: the blocks one after the other, and in each block its
+threads (the nest of threadIdx loops) as coroutines that stop at every barrier; between two
+barriers the threads run one at a time, in index order or (`"reverse"`) backwards. Each
+thread has its own variables and registers ("local" buffers); a "shared" buffer is one per
+block. A schedule that lacks a barrier gives a wrong result in one of the two orders; a
+block whose threads do not all meet a barrier is an error.
 """
 
 from __future__ import annotations
 
 import math
+from collections import ChainMap
 
 import numpy as np
 
@@ -49,6 +57,8 @@ class Interpreter:
         self.mem = dict(buffers)
         self.env: dict[str, object] = dict(env)
         self.reverse = parallel_order == "reverse"
+        self.shared: dict[int, np.ndarray] | None = None   # the running block's shared tiles
+        self._has_barrier: dict[int, bool] = {}
 
     def flat(self, buf: Buffer, indices) -> int:
         arr = self.mem.get(id(buf))
@@ -126,6 +136,8 @@ class Interpreter:
         elif isinstance(s, Store):
             v = self.expr(s.value)
             self.mem[id(s.buffer)][self.flat(s.buffer, s.indices)] = v
+        elif isinstance(s, For) and s.kind is LoopKind.GPU_THREAD and self.shared is None:
+            self.block(s)
         elif isinstance(s, For):
             lo, n = int(self.expr(s.min)), int(self.expr(s.extent))
             its = range(lo, lo + n)
@@ -146,6 +158,9 @@ class Interpreter:
             self.env[s.var.name] = _scalar(self.expr(s.value), s.var.dtype)
             self.stmt(s.body)
             self.env[s.var.name] = saved
+        elif isinstance(s, Allocate) and s.buffer.scope == "shared" and self.shared is not None:
+            self.allocate_shared(s.buffer)
+            self.stmt(s.body)
         elif isinstance(s, Allocate):
             shape = tuple(int(self.expr(x)) for x in s.buffer.shape)
             outer = self.mem.get(id(s.buffer))  # an allocation of the same buffer inside
@@ -156,10 +171,101 @@ class Interpreter:
             else:
                 self.mem[id(s.buffer)] = outer
         elif isinstance(s, Barrier):
-            raise TensorlangError(
-                "interp: a GPU barrier (a shared tile's copy); the interpreter runs a block's "
-                "threads one after the other, which a barrier cannot order. Run the kernel "
-                "with target='cuda'")
+            raise TensorlangError("interp: a GPU barrier outside the thread loops of a block")
+        else:
+            raise TensorlangError(f"interp: unsupported statement {type(s).__name__}")
+
+    # ------------------------------------------------------------------ GPU blocks
+    def allocate_shared(self, buf: Buffer) -> None:
+        if id(buf) not in self.shared:
+            shape = tuple(int(self.expr(x)) for x in buf.shape)
+            self.shared[id(buf)] = np.zeros(shape, buf.dtype.np)
+
+    def barrier_inside(self, s: Stmt) -> bool:
+        from .visit import walk_stmt
+
+        k = id(s)
+        if k not in self._has_barrier:
+            self._has_barrier[k] = any(isinstance(x, Barrier) for x in walk_stmt(s))
+        return self._has_barrier[k]
+
+    def block(self, s: For) -> None:
+        """One block: every thread of the threadIdx nest starting at `s` as a coroutine."""
+        loops, allocs, body = [], [], s
+        while (isinstance(body, For) and body.kind is LoopKind.GPU_THREAD) or \
+                isinstance(body, Allocate):
+            if isinstance(body, For):
+                loops.append(body)
+            else:
+                allocs.append(body.buffer)    # per-thread storage between thread loops
+            body = body.body
+        for b in reversed(allocs):
+            body = Allocate(b, body)
+        points = [dict()]
+        for lp in loops:   # (thread loop extents may use outer thread loops' values)
+            nxt = []
+            for pt in points:
+                self.env.update(pt)
+                lo, n = int(self.expr(lp.min)), int(self.expr(lp.extent))
+                nxt.extend({**pt, lp.var.name: np.int64(i)} for i in range(lo, lo + n))
+            points = nxt
+        outer_env, outer_mem = self.env, self.mem
+        self.shared = {}
+        threads = []
+        for pt in points:
+            env = {**outer_env, **pt}
+            mem = ChainMap({}, self.shared, outer_mem)
+            threads.append((env, mem, self.run_thread(body)))
+        try:
+            live = list(threads)
+            while live:
+                order = reversed(live) if self.reverse else live
+                waiting, done = [], 0
+                for env, mem, gen in order:
+                    self.env, self.mem = env, mem
+                    try:
+                        next(gen)
+                        waiting.append((env, mem, gen))
+                    except StopIteration:
+                        done += 1
+                if waiting and done:
+                    raise TensorlangError(
+                        f"interp: {done} threads of a block finished while {len(waiting)} "
+                        "wait at a barrier (a barrier in code that not all threads run)")
+                live = [t for t in threads if any(t[2] is w[2] for w in waiting)]
+        finally:
+            self.env, self.mem, self.shared = outer_env, outer_mem, None
+
+    def run_thread(self, s: Stmt):
+        """A generator running `s` in the current thread, stopping at each barrier."""
+        if not self.barrier_inside(s):
+            self.stmt(s)
+            return
+        if isinstance(s, Barrier):
+            yield
+        elif isinstance(s, Seq):
+            for x in s.stmts:
+                yield from self.run_thread(x)
+        elif isinstance(s, For):
+            lo, n = int(self.expr(s.min)), int(self.expr(s.extent))
+            for i in range(lo, lo + n):
+                self.env[s.var.name] = np.int64(i)
+                yield from self.run_thread(s.body)
+        elif isinstance(s, If):
+            if self.expr(s.cond):
+                yield from self.run_thread(s.then_body)
+            elif s.else_body is not None:
+                yield from self.run_thread(s.else_body)
+        elif isinstance(s, Let):
+            self.env[s.var.name] = _scalar(self.expr(s.value), s.var.dtype)
+            yield from self.run_thread(s.body)
+        elif isinstance(s, Allocate):
+            if s.buffer.scope == "shared":
+                self.allocate_shared(s.buffer)
+            else:
+                shape = tuple(int(self.expr(x)) for x in s.buffer.shape)
+                self.mem[id(s.buffer)] = np.zeros(shape, s.buffer.dtype.np)
+            yield from self.run_thread(s.body)
         else:
             raise TensorlangError(f"interp: unsupported statement {type(s).__name__}")
 

@@ -303,16 +303,55 @@ def test_no_sync_is_accepted_when_each_thread_reads_its_own_copy():
     assert "__syncthreads" not in src and "__shared__ float A_shared[64];" in src
 
 
-def test_shared_tiles_do_not_run_on_the_cpu():
+def test_shared_tiles_do_not_build_for_the_cpu():
     s, args, _ = matmul_shared()
     with pytest.raises(tl.TensorlangError, match="cuda"):
         tl.build(s, args, target="llvm")
+
+
+def _interpret(case, order, shape=(5, 67, 9)):
     from tensorlang.ir.interp import run_lowered
 
+    s, args, ref = CASES[case]() if isinstance(case, str) else case
     low = tl.lower(s, args)
-    a = np.ones((4, 4), np.float32)
-    with pytest.raises(tl.TensorlangError, match="barrier|GPU"):
-        run_lowered(low, [a, a.copy(), np.zeros((4, 4), np.float32)])
+    rng = np.random.default_rng(3)
+    if case != "pipeline" and len(args) == 3 and len(args[0].shape) == 2:   # a matmul
+        n, m, p = shape
+        ins = [rng.standard_normal((n, p)).astype(np.float32),
+               rng.standard_normal((p, m)).astype(np.float32)]
+        out = np.zeros((n, m), np.float32)
+    elif case == "pipeline":
+        ins = [rng.standard_normal((40, 8)).astype(np.float16),
+               rng.integers(0, 40, 40).astype(np.int32)]
+        out = np.zeros(40, np.float32)
+    else:
+        ins = [rng.standard_normal(70).astype(np.float32) for _ in range(2)]
+        out = np.zeros(70, np.float32)
+    run_lowered(low, [*ins, out], parallel_order=order)
+    return out, ref(*ins)
+
+
+@pytest.mark.parametrize("order", ["forward", "reverse"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_gpu_schedules_run_in_the_interpreter_with_cuda_semantics(case, order):
+    """Blocks one after the other, threads as coroutines between barriers, run in index
+    order and backwards: every GPU schedule gives numpy's result (sizes that do not divide
+    the tiles: 5 x 67 outputs, k = 9 over k-slices of 8 and 16)."""
+    got, want = _interpret(case, order)
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
+
+
+def test_the_race_a_refused_no_sync_names_is_real(monkeypatch):
+    """With the race check switched off, the schedule that no_sync() is refused for gives a
+    wrong result when its threads interleave as the witness says."""
+    import tensorlang.polyhedral.races as races
+
+    monkeypatch.setattr(races, "check_races", lambda *a, **k: None)
+    s, args, ref = sgemm()
+    next(st for st in s.stages if st.id == "A_shared").no_sync()
+    wrong = [not np.allclose(*_interpret((s, args, ref), order), atol=1e-3)
+             for order in ("forward", "reverse")]
+    assert any(wrong)
 
 
 def test_a_scheduled_shared_copy_is_not_implemented_yet():
