@@ -362,3 +362,22 @@ def test_a_scheduled_shared_copy_is_not_implemented_yet():
     s[AA].split(s[AA].op.axis[1], factor=4)
     with pytest.raises(NotImplementedError, match="distributed over the block's threads"):
         s[AA].compute_at(s[C], ko)
+
+
+def test_shared_memory_over_the_limit_is_refused_at_build():
+    s, args, _ = sgemm(block=(128, 128), thread=(8, 8), k_tile=64)   # 2 x 32 KiB
+    with pytest.raises(tl.ScheduleError, match=r"65536 bytes of shared memory .* 49152"):
+        tl.build(s, args, target="cuda")
+
+
+def test_local_memory_and_registers_are_checked_when_compiled():
+    from types import SimpleNamespace
+
+    from tensorlang.backends.cuda.module import check_resources
+
+    launch = SimpleNamespace(name="k", threads=1024)
+    with pytest.raises(tl.ScheduleError, match="64 bytes of local memory per thread"):
+        check_resources(launch, SimpleNamespace(local_size_bytes=64, num_regs=32))
+    with pytest.raises(tl.ScheduleError, match="128 registers x 1024 threads .* 65536"):
+        check_resources(launch, SimpleNamespace(local_size_bytes=0, num_regs=128))
+    check_resources(launch, SimpleNamespace(local_size_bytes=0, num_regs=64))

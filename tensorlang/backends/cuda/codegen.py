@@ -34,7 +34,8 @@ from ...ir.unswitch import unswitch
 from ...polyhedral.placement import uses_buffer
 
 ERROR_RECORD_LEN = 16
-MAX_GUARDED_UNROLL = 64   # loops over register arrays up to this bound are unrolled
+MAX_GUARDED_UNROLL = 64
+MAX_STATIC_SHARED = 48 * 1024   # bytes of __shared__ arrays a kernel may declare   # loops over register arrays up to this bound are unrolled
 STATUS_INDEX = 3
 
 C_TYPES = {"bool": "unsigned char", "int8": "signed char", "int16": "short", "int32": "int",
@@ -86,6 +87,7 @@ class Launch:
     block: list[Expr | None] = field(default_factory=lambda: [None, None, None])
     buffers: list[Buffer] = field(default_factory=list)
     params: list[Var] = field(default_factory=list)
+    threads: int = 1                 # per block
 
 
 def _const_bound(e: Expr) -> Expr:
@@ -323,26 +325,29 @@ class KernelWriter:
             self.stmt(s.body)
             self.indent -= 1
             self.emit("}")
+        elif isinstance(s, Allocate) and s.buffer.scope == "shared":
+            self.stmt(s.body)     # declared once at the top of the kernel
         elif isinstance(s, Allocate):
-            count = 1
-            for x in s.buffer.shape:
-                if not isinstance(x, Const):
-                    raise NotImplementedError(
-                        f"cuda backend: local buffer {s.buffer.name} has a symbolic size")
-                count *= int(x.value)
+            count = _count(s.buffer)
             self.emit("{")
             self.indent += 1
-            shared = "__shared__ " if s.buffer.scope == "shared" else ""
-            if not shared:
-                self.registers.append(s.buffer)
-            self.emit(f"{shared}{C_TYPES[s.buffer.dtype.name]} {s.buffer.name}"
-                      f"[{max(count, 1)}];")
-            self.shared_bytes += max(count, 1) * s.buffer.dtype.itemsize if shared else 0
+            self.registers.append(s.buffer)
+            self.emit(f"{C_TYPES[s.buffer.dtype.name]} {s.buffer.name}[{count}];")
             self.stmt(s.body)
             self.indent -= 1
             self.emit("}")
         else:
             raise TensorlangError(f"cuda backend: unsupported statement {type(s).__name__}")
+
+
+def _count(buf: Buffer) -> int:
+    count = 1
+    for x in buf.shape:
+        if not isinstance(x, Const):
+            raise NotImplementedError(
+                f"cuda backend: local buffer {buf.name} has a symbolic size")
+        count *= int(x.value)
+    return max(count, 1)
 
 
 def _used(s: Stmt) -> tuple[list[Buffer], set[str]]:
@@ -447,6 +452,18 @@ def generate(name: str, buffers: list[Buffer], params: list[Var], body: Stmt):
             w.emit(f"if (!({' && '.join(guards)})) return;")
         registers = [x.buffer for x in walk_stmt(inner)
                      if isinstance(x, Allocate) and x.buffer.scope != "shared"]
+        shared: dict[int, Buffer] = {}
+        for x in walk_stmt(inner):
+            if isinstance(x, Allocate) and x.buffer.scope == "shared":
+                shared.setdefault(id(x.buffer), x.buffer)
+        for b in shared.values():
+            w.emit(f"__shared__ {C_TYPES[b.dtype.name]} {b.name}[{_count(b)}];")
+            w.shared_bytes += _count(b) * b.dtype.itemsize
+        if w.shared_bytes > MAX_STATIC_SHARED:
+            raise ScheduleError(
+                f"cuda: kernel {launch.name} uses {w.shared_bytes} bytes of shared memory per "
+                f"block ({', '.join(b.name for b in shared.values())}); the limit is "
+                f"{MAX_STATIC_SHARED} (48 KiB of static shared memory): use smaller tiles")
         inner = unswitch(_full_tiles(inner, registers),
                          {lp.var.name for lp, tag in bound if tag.startswith("threadIdx")})
         w.stmt(inner)
@@ -467,6 +484,7 @@ def generate(name: str, buffers: list[Buffer], params: list[Var], body: Stmt):
         if threads > 1024:
             raise ScheduleError(f"cuda: kernel {launch.name} launches {threads} threads per "
                                 "block; the limit is 1024")
+        launch.threads = max(threads, 1)
         bounds = f"__launch_bounds__({max(threads, 1)}) "
         sources.append(f'extern "C" __global__ void {bounds}{launch.name}({", ".join(sig)}) {{')
         sources.extend(w.lines)

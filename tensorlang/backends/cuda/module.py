@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import IndexBoundsError, TensorlangError
+from ...errors import IndexBoundsError, ScheduleError, TensorlangError
 from ...ir.expr import Expr
 from ..runtime import size_value
 from .codegen import ERROR_RECORD_LEN, generate
@@ -21,6 +21,25 @@ def _eval(e: Expr, env: dict[str, int]) -> int:
     if v is None:
         raise TensorlangError(f"cuda: the launch extent {e} does not follow from the sizes")
     return v
+
+
+REGISTERS_PER_BLOCK = 65536
+
+
+def check_resources(launch, fn) -> None:
+    """What the compiler made of a kernel, against the limits a launch would fail on (or
+    run slowly past): local memory (spilled registers), registers per block."""
+    local = fn.local_size_bytes
+    if local > 0:
+        raise ScheduleError(
+            f"cuda: kernel {launch.name} uses {local} bytes of local memory per thread "
+            "(registers spilled, or a register array indexed by a loop that is not unrolled); "
+            "the limit is 0: use a smaller register tile, or unroll the loops over it")
+    if fn.num_regs * launch.threads > REGISTERS_PER_BLOCK:
+        raise ScheduleError(
+            f"cuda: kernel {launch.name} needs {fn.num_regs} registers x {launch.threads} "
+            f"threads = {fn.num_regs * launch.threads} per block; the limit is "
+            f"{REGISTERS_PER_BLOCK}: use fewer threads per block or a smaller register tile")
 
 
 class CudaKernel:
@@ -43,8 +62,10 @@ class CudaKernel:
                 raise TensorlangError(
                     "calling a CUDA kernel needs pycuda, a CUDA driver and a GPU (pip install "
                     f"'tensorlang[cuda]'); building and get_source() do not ({e})") from None
-            self._module = SourceModule(self.source, no_extern_c=True,
-                                        options=["-std=c++17"])
+            mod = SourceModule(self.source, no_extern_c=True, options=["-std=c++17"])
+            for launch in self.launches:
+                check_resources(launch, mod.get_function(launch.name))
+            self._module = mod
         return self._module
 
     def run(self, arrays: list, env: dict[str, int], written: set[int], checks) -> None:
