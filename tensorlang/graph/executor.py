@@ -71,6 +71,37 @@ def default_schedule(out: tl.Tensor, kind: str, work: int, fresh=None,
         return fresh()
 
 
+def gpu_schedule(out: tl.Tensor, kind: str, fresh, anchor: tl.Tensor | None = None):
+    """The default GPU schedule of a group: a matmul (with its epilogue) tiled through
+    shared memory and registers (`schedule.gpu.matmul`), then every other stage at root
+    with one thread per output element. Never the declared nest: a kernel with no bound
+    loop would run on one GPU thread, so a refused primitive is an error here."""
+    from ..schedule import gpu
+
+    s = fresh()
+    try:
+        if kind == "matmul":
+            mm = anchor if anchor is not None else out
+            m, n = (int(x.value) for x in mm.shape[-2:])
+            block = (min(64, _pow2(m)), min(64, _pow2(n)))
+            thread = (min(4, block[0]), min(4, block[1]))
+            gpu.matmul(s, mm, block, thread, 8, out=out)
+        gpu.bind_all(s)
+    except ScheduleError as e:
+        raise NotImplementedError(
+            f"executor: no GPU schedule for {out.name} "
+            f"{tuple(int(x.value) for x in out.shape)} ({kind}): {e}") from e
+    return s
+
+
+def _pow2(n: int) -> int:
+    """The smallest power of two >= n (tiles no larger than the matrix)."""
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
 def _block_matmul(s: tl.Schedule, mm: tl.Tensor, out: tl.Tensor, parallel: bool) -> None:
     """Register-blocked matmul: each (mr x nr) tile of the output accumulates in a local
     buffer (cache_write at the tile) over the whole reduction, with the k loop outside the
@@ -130,7 +161,7 @@ def compile_op(op: str, attrs: tuple, shapes: tuple, dtypes: tuple):
                          shapes, dtypes)
 
 
-def compile_group(members: tuple, shapes: tuple, dtypes: tuple):
+def compile_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "llvm"):
     """The kernel of a fused group for concrete input shapes and dtypes, and the inputs it
     reads (cached).
 
@@ -139,7 +170,7 @@ def compile_group(members: tuple, shapes: tuple, dtypes: tuple):
     Every member but the last is elementwise and is computed inline in its reader, except
     a matmul, which heads the group with the rest as its epilogue (`_block_matmul`).
     """
-    key = (members, shapes, dtypes)
+    key = (members, shapes, dtypes, target)
     hit = _KERNELS.get(key)
     if hit is not None:
         return hit
@@ -160,12 +191,15 @@ def compile_group(members: tuple, shapes: tuple, dtypes: tuple):
 
     def fresh():
         return tl.create_schedule(out)
-    s = default_schedule(out, "matmul" if anchor is not None else kinds[-1],
-                         _work(tshapes[-1], shapes), fresh, anchor)
+    kind = "matmul" if anchor is not None else kinds[-1]
+    if target == "cuda":
+        s = gpu_schedule(out, kind, fresh, anchor)
+    else:
+        s = default_schedule(out, kind, _work(tshapes[-1], shapes), fresh, anchor)
     read = {id(t.op) for t in s.placeholders}
     used = tuple(k for k, t in enumerate(ins) if id(t.op) in read)  # "like" inputs: shape only
     name = "graph_" + "_".join(dict.fromkeys(m[0] for m in members))[:48]
-    mod = tl.build(s, [*(ins[k] for k in used), out], name=name)
+    mod = tl.build(s, [*(ins[k] for k in used), out], name=name, target=target)
     _KERNELS[key] = (mod, used)
     return mod, used
 
@@ -269,7 +303,8 @@ def _groups(order, shapes, dtypes, outputs) -> list[list[Node]]:
 
 
 class _Plan:
-    def __init__(self, order, shapes, dtypes, outputs):
+    def __init__(self, order, shapes, dtypes, outputs, target="llvm"):
+        self.target = target
         self.steps: list[_Step] = []
         self.slot_of: dict[int, int] = {}
         self.arrays: list[np.ndarray] = []
@@ -284,7 +319,7 @@ class _Plan:
             if n.op in ("variable", "constant"):
                 self.slot_of[n.id] = self._new(shapes[n.id], dtypes[n.id])
                 if n.op == "constant":
-                    self.arrays[self.slot_of[n.id]][...] = n.attr("value").array
+                    self._set(self.slot_of[n.id], n.attr("value").array)
         for g in groups:
             n = g[-1]
             key = (shapes[n.id], dtypes[n.id])
@@ -299,13 +334,14 @@ class _Plan:
                             for m in g)
             try:
                 kernel, used = compile_group(members, tuple(shapes[i.id] for i in ins),
-                                             tuple(dtypes[i.id] for i in ins))
+                                             tuple(dtypes[i.id] for i in ins), target)
             except tl.TensorlangError as e:
                 raise GraphError(f"node {n.name} ({n.op}): cannot compile: {e}") from e
             step = _Step(g, kernel, [self.slot_of[ins[k].id] for k in used], slot)
             arrays = [self.arrays[i] for i in step.inputs] + [self.arrays[slot]]
-            kernel.check_arguments(arrays)      # once: the plan's arrays never change
-            if not kernel.lowered.params:       # every size is a constant in the kernel
+            if target == "llvm":
+                kernel.check_arguments(arrays)  # once: the plan's arrays never change
+            if target == "llvm" and not kernel.lowered.params:   # constant sizes
                 step.pointers = [a.ctypes.data for a in arrays]
             self.steps.append(step)
             for i in ins:
@@ -327,8 +363,28 @@ class _Plan:
         return list({i.id: i for m in group for i in m.inputs if i.id not in inside}.values())
 
     def _new(self, shape, dtype) -> int:
-        self.arrays.append(np.zeros(shape, dtype))
+        if self.target == "cuda":       # tensors stay on the device between kernels
+            import pycuda.gpuarray as gpuarray
+
+            self.arrays.append(gpuarray.zeros(shape, dtype))
+        else:
+            self.arrays.append(np.zeros(shape, dtype))
         return len(self.arrays) - 1
+
+    def _set(self, slot: int, value: np.ndarray) -> None:
+        if self.target == "cuda":
+            self.arrays[slot].set(np.ascontiguousarray(value, self.arrays[slot].dtype))
+        else:
+            self.arrays[slot][...] = value
+
+
+def _cuda_context() -> None:
+    try:
+        import pycuda.autoinit  # noqa: F401
+        import pycuda.gpuarray  # noqa: F401
+    except Exception as e:  # noqa: BLE001 (no pycuda, no driver or no device)
+        raise tl.TensorlangError(
+            f"Executor(target='cuda') needs pycuda, a CUDA driver and a GPU ({e})") from None
 
 
 class Executor:
@@ -339,10 +395,10 @@ class Executor:
         self.outputs = list(nodes) if isinstance(nodes, (list, tuple)) else [nodes]
         if not self.outputs:
             raise GraphError("Executor: expected at least one node")
-        if target != "llvm" and not str(target).startswith("llvm"):
-            if target == "cuda":
-                raise NotImplementedError("Executor: the cuda target is not implemented yet")
-            raise GraphError(f"Executor: target must be 'llvm' (or 'cuda'), got {target!r}")
+        if target != "cuda" and not str(target).startswith("llvm"):
+            raise GraphError(f"Executor: target must be 'llvm' or 'cuda', got {target!r}")
+        if target == "cuda":
+            _cuda_context()
         self.target = target
         self.order = topological_order(self.outputs)
         self.variables = [n for n in self.order if n.op == "variable"]
@@ -394,7 +450,8 @@ class Executor:
                 raise GraphError(f"node {n.name} ({n.op}): {e} (input shapes "
                                  f"{', '.join(map(str, ins))})") from None
             dtypes[n.id] = n.dtype  # inferred when the node was made; feeds are checked
-        return _Plan(self.order, shapes, dtypes, self.outputs)
+        return _Plan(self.order, shapes, dtypes, self.outputs,
+                     "cuda" if self.target == "cuda" else "llvm")
 
     def run(self, feed_dict) -> list[np.ndarray]:
         feeds = self._feeds(feed_dict)
@@ -402,6 +459,8 @@ class Executor:
         plan = self._plans.get(sig)
         if plan is None:
             plan = self._plans[sig] = self._plan(feeds)
+        if plan.target == "cuda":
+            return self._run_cuda(plan, feeds)
         arrays = list(plan.arrays)
         for i in plan.fed:
             arrays[plan.slot_of[i]] = feeds[i]
@@ -422,4 +481,20 @@ class Executor:
             fresh = o.op not in ("variable", "constant") and o.id not in seen
             out.append(a if fresh else a.copy())   # fed arrays and repeats are copied
             seen.add(o.id)
+        return out
+
+    def _run_cuda(self, plan: _Plan, feeds) -> list[np.ndarray]:
+        """Feeds are copied to the device once per run, every kernel works on device
+        arrays, and the outputs are copied back at the end."""
+        for i in plan.fed:
+            plan._set(plan.slot_of[i], feeds[i])
+        arrays = plan.arrays
+        for st in plan.steps:
+            st.kernel(*[arrays[i] for i in st.inputs], arrays[st.output])
+        out = []
+        for o in self.outputs:
+            if o.op == "variable":
+                out.append(feeds[o.id].copy())
+            else:
+                out.append(arrays[plan.slot_of[o.id]].get())
         return out

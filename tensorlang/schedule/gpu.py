@@ -36,12 +36,16 @@ def elementwise(s, T: Tensor, threads: int = 256):
 
 
 def matmul(s, C: Tensor, block=(64, 64), thread=(4, 4), k_tile: int = 8,
-           shared: bool = True):
+           shared: bool = True, out: Tensor | None = None):
     """Shared-memory and register tiling of a matmul-shaped stage (see the module doc).
 
-    `block` / `thread`: the C tile of a block / of a thread (each must divide the other),
-    so a block runs (block[0] // thread[0]) x (block[1] // thread[1]) threads. Returns
-    (C_local, [A_shared, B_shared]) (an empty list when `shared` is False)."""
+    `C[..., i, j] = sum_k ...`: leading batch axes (bound to blockIdx.z, fused when several),
+    two spatial axes, one reduce axis. `block` / `thread`: the C tile of a block / of a
+    thread (each must divide the other), so a block runs (block[0] // thread[0]) x
+    (block[1] // thread[1]) threads. `out`: an elementwise epilogue that reads C (same
+    shape); C is then computed into registers and inlined into it, so each tile goes from
+    the accumulators through the epilogue to memory once. Returns (C_local, [the shared
+    copies]) (an empty list when `shared` is False)."""
     bm, bn = (_int(x, "block") for x in block)
     tm, tn = (_int(x, "thread") for x in thread)
     k_tile = _int(k_tile, "k_tile")
@@ -52,28 +56,58 @@ def matmul(s, C: Tensor, block=(64, 64), thread=(4, 4), k_tile: int = 8,
         raise ScheduleError(f"matmul: {bm // tm} x {bn // tn} threads per block; the limit "
                             "is 1024")
     op = s[C].op
-    if len(op.axis) != 2 or len(op.reduce_axis) != 1:
-        raise ScheduleError(f"matmul: {C.name} must have two spatial axes and one reduce "
-                            f"axis, has {len(op.axis)} and {len(op.reduce_axis)}")
+    if len(op.axis) < 2 or len(op.reduce_axis) != 1:
+        raise ScheduleError(f"matmul: {C.name} must have two spatial axes (after any batch "
+                            f"axes) and one reduce axis, has {len(op.axis)} and "
+                            f"{len(op.reduce_axis)}")
     inputs = [t for t in op.input_tensors] if shared else []
     CL = s.cache_write(C, "local")
     caches = [s.cache_read(t, "shared", [CL]) for t in inputs]
-    i, j = s[C].op.axis
-    bi, bj, ti, tj = s[C].tile(i, j, bm, bn)
-    tio, tii = s[C].split(ti, factor=tm)
-    tjo, tji = s[C].split(tj, factor=tn)
-    s[C].reorder(bi, bj, tio, tjo, tii, tji)
-    s[C].bind(bi, "blockIdx.y")
-    s[C].bind(bj, "blockIdx.x")
-    s[C].bind(tio, "threadIdx.y")
-    s[C].bind(tjo, "threadIdx.x")
-    s[CL].compute_at(s[C], tjo)
-    li, lj = s[CL].op.axis
+    T = C
+    if out is not None and out is not C:
+        s[C].compute_inline()               # the copy-out stage: the epilogue reads the tile
+        T = out
+    *batch, i, j = s[T].op.axis
+    bi, bj, ti, tj = s[T].tile(i, j, bm, bn)
+    tio, tii = s[T].split(ti, factor=tm)
+    tjo, tji = s[T].split(tj, factor=tn)
+    bz = None
+    if batch:
+        bz = batch[0] if len(batch) == 1 else s[T].fuse(*batch)
+        s[T].reorder(bz, bi, bj, tio, tjo, tii, tji)
+        s[T].bind(bz, "blockIdx.z")
+    else:
+        s[T].reorder(bi, bj, tio, tjo, tii, tji)
+    s[T].bind(bi, "blockIdx.y")
+    s[T].bind(bj, "blockIdx.x")
+    s[T].bind(tio, "threadIdx.y")
+    s[T].bind(tjo, "threadIdx.x")
+    s[CL].compute_at(s[T], tjo)
+    *lb, li, lj = s[CL].op.axis
     (lk,) = s[CL].op.reduce_axis
     ko, ki = s[CL].split(lk, factor=k_tile)
-    s[CL].reorder(ko, ki, li, lj)
+    s[CL].reorder(*lb, ko, ki, li, lj)
     s[CL].unroll(li)
     s[CL].unroll(lj)
     for t in caches:
         s[t].compute_at(s[CL], ko)
     return CL, caches
+
+
+def bind_all(s, threads: int = 256) -> None:
+    """Every stage computed at root that binds no loop yet: its spatial axes fused and spread
+    over blocks of `threads` threads, one output element per thread (its reductions run in
+    the thread). Without a binding a stage would run on one GPU thread."""
+    for st in s.stages:
+        if st.inlined or st.state.attach is not None:
+            continue
+        if any(lp.thread_tag for lp in st.state.loops):
+            continue
+        if not st.op.axis:
+            continue
+        n = 1
+        for x in st.op.output.shape:
+            n = n * int(x.value) if hasattr(x, "value") else None
+            if n is None:
+                break
+        elementwise(s, st.op.output, threads if n is None else max(1, min(threads, n)))

@@ -381,3 +381,26 @@ def test_local_memory_and_registers_are_checked_when_compiled():
     with pytest.raises(tl.ScheduleError, match="128 registers x 1024 threads .* 65536"):
         check_resources(launch, SimpleNamespace(local_size_bytes=0, num_regs=128))
     check_resources(launch, SimpleNamespace(local_size_bytes=0, num_regs=64))
+
+
+@GPU
+@pytest.mark.gpu
+def test_executor_runs_an_mlp_training_step_on_the_gpu():
+    import tensorlang.graph as G
+
+    rng = np.random.default_rng(2)
+    x, y = G.Variable("x", (67, 40)), G.Variable("y", (67, 10))
+    w1, w2 = G.Variable("W1", (40, 130)), G.Variable("W2", (130, 10))
+    loss = G.softmax_cross_entropy(G.relu(x @ w1) @ w2, y)
+    g1, g2 = G.gradients(loss, [w1, w2])
+    nodes = [loss, w1 - 0.1 * g1, w2 - 0.1 * g2]
+    feed = {x: rng.standard_normal((67, 40)).astype("float32"),
+            y: np.eye(10, dtype="float32")[rng.integers(0, 10, 67)],
+            w1: (rng.standard_normal((40, 130)) * 0.1).astype("float32"),
+            w2: (rng.standard_normal((130, 10)) * 0.1).astype("float32")}
+    ex = G.Executor(nodes, target="cuda")
+    for _ in range(2):    # the second run reuses the plan and its device arrays
+        got = ex.run(feed)
+        want = G.Executor(nodes).run(feed)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)

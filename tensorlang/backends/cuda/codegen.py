@@ -34,8 +34,8 @@ from ...ir.unswitch import unswitch
 from ...polyhedral.placement import uses_buffer
 
 ERROR_RECORD_LEN = 16
-MAX_GUARDED_UNROLL = 64
-MAX_STATIC_SHARED = 48 * 1024   # bytes of __shared__ arrays a kernel may declare   # loops over register arrays up to this bound are unrolled
+MAX_GUARDED_UNROLL = 64         # loops over register arrays up to this bound are unrolled
+MAX_STATIC_SHARED = 48 * 1024   # bytes of __shared__ arrays a kernel may declare
 STATUS_INDEX = 3
 
 C_TYPES = {"bool": "unsigned char", "int8": "signed char", "int16": "short", "int32": "int",
