@@ -373,7 +373,8 @@ class _Plan:
 
     def _set(self, slot: int, value: np.ndarray) -> None:
         if self.target == "cuda":
-            self.arrays[slot].set(np.ascontiguousarray(value, self.arrays[slot].dtype))
+            dst = self.arrays[slot]
+            dst.set(np.ascontiguousarray(value, dst.dtype).reshape(dst.shape))
         else:
             self.arrays[slot][...] = value
 

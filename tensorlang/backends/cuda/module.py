@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...config import debug_print
 from ...errors import IndexBoundsError, ScheduleError, TensorlangError
 from ...ir.expr import Expr
 from ..runtime import size_value
@@ -24,17 +25,22 @@ def _eval(e: Expr, env: dict[str, int]) -> int:
 
 
 REGISTERS_PER_BLOCK = 65536
+MAX_LOCAL_BYTES = 64   # local memory per thread accepted (a few spilled registers)
 
 
 def check_resources(launch, fn) -> None:
     """What the compiler made of a kernel, against the limits a launch would fail on (or
     run slowly past): local memory (spilled registers), registers per block."""
     local = fn.local_size_bytes
-    if local > 0:
+    if local > MAX_LOCAL_BYTES:
         raise ScheduleError(
             f"cuda: kernel {launch.name} uses {local} bytes of local memory per thread "
             "(registers spilled, or a register array indexed by a loop that is not unrolled); "
-            "the limit is 0: use a smaller register tile, or unroll the loops over it")
+            f"the limit is {MAX_LOCAL_BYTES}: use a smaller register tile, or unroll the loops "
+            "over it")
+    if local:
+        debug_print(1, f"cuda: kernel {launch.name} spills {local} bytes of registers to "
+                       "local memory per thread")
     if fn.num_regs * launch.threads > REGISTERS_PER_BLOCK:
         raise ScheduleError(
             f"cuda: kernel {launch.name} needs {fn.num_regs} registers x {launch.threads} "
