@@ -20,7 +20,7 @@ def launch_time(f, arrays, env, reps=10):
     import pycuda.driver as drv
 
     k = f.cuda
-    mod = k._compiled()
+    mod = k._compiled(k.wide(env))
     dev = [drv.to_device(a) for a in arrays]
     by_buf = {id(b): d for b, d in zip(k.buffers, dev)}
     calls = []

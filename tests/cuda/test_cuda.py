@@ -150,10 +150,12 @@ def test_generated_cuda_compiles_with_nvcc(case, tmp_path):
     assert "__global__" in src and "__launch_bounds__" in src
     path = tmp_path / "k.cu"
     f.save(path)
-    r = subprocess.run(["nvcc", "-ptx", "-arch=sm_90", "-std=c++17", "-o",
-                        str(tmp_path / "k.ptx"), str(path)], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    assert os.path.getsize(tmp_path / "k.ptx") > 0
+    for variant in ([], ["-DTL_INDEX_64"]):     # 32- and 64-bit index arithmetic
+        r = subprocess.run(["nvcc", "-ptx", "-arch=sm_90", "-std=c++17", *variant, "-o",
+                            str(tmp_path / "k.ptx"), str(path)], capture_output=True,
+                           text=True)
+        assert r.returncode == 0, r.stderr
+        assert os.path.getsize(tmp_path / "k.ptx") > 0
 
 
 def test_building_for_cuda_needs_no_gpu_and_checks_geometry():
@@ -212,6 +214,46 @@ def test_shared_copy_without_barriers_on_the_gpu(size):
     c = np.zeros(size, np.float32)
     f(a, b, c)
     np.testing.assert_allclose(c, ref(a, b))
+
+
+def wide_index():
+    """An index whose intermediate value needs 64 bits though every buffer is small."""
+    n = tl.var("n")
+    A = tl.placeholder((5,), name="A")
+    B = tl.compute((n,), lambda i: A[(i.astype("int64") * 3000000007) % 5], name="B")
+    s = tl.create_schedule(B)
+    bo, bi = s[B].split(B.op.axis[0], factor=32)
+    s[B].bind(bo, "blockIdx.x")
+    s[B].bind(bi, "threadIdx.x")
+    return s, [A, B], lambda a, size: a[(np.arange(size, dtype=object) * 3000000007 % 5)
+                                        .astype(np.int64)]
+
+
+def test_index_arithmetic_is_32_bit_only_where_the_sizes_allow_it():
+    from tensorlang.backends.cuda.codegen import fits_int32
+
+    s, args, _ = sgemm()
+    (launch,) = tl.build(s, args, target="cuda").cuda.launches
+    assert "typedef int tl_idx;" in tl.build(s, args, target="cuda").get_source()
+    assert fits_int32(launch, {"n": 4096, "m": 4096, "p": 4096})
+    assert fits_int32(launch, {"n": 40000, "m": 40000, "p": 40000})    # 1.6e9 elements
+    assert not fits_int32(launch, {"n": 50000, "m": 50000, "p": 8})     # 2.5e9 elements
+    assert not fits_int32(launch, {"n": 2 ** 31 - 1, "m": 1, "p": 1})   # n + 15p overflows
+    s, args, _ = wide_index()
+    (launch,) = tl.build(s, args, target="cuda").cuda.launches
+    assert not fits_int32(launch, {"n": 10})
+
+
+@GPU
+@pytest.mark.gpu
+def test_the_64_bit_variant_runs_where_32_bits_would_overflow():
+    s, args, ref = wide_index()
+    f = tl.build(s, args, target="cuda")
+    a = np.arange(5, dtype=np.float32) + 1
+    b = np.zeros(70, np.float32)
+    f(a, b)
+    assert f.cuda.wide({"n": 70})
+    np.testing.assert_array_equal(b, ref(a, 70))
 
 
 @GPU

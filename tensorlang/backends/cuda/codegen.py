@@ -52,6 +52,15 @@ _MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "sin": "sin", "cos": "cos",
 
 PRELUDE = r"""#include <cuda_fp16.h>
 
+// Index arithmetic (loops, sizes, addresses) is tl_idx: 32-bit, which the host uses only
+// after checking that every index value of the launch fits; TL_INDEX_64 builds the 64-bit
+// variant it uses otherwise.
+#ifdef TL_INDEX_64
+typedef long long tl_idx;
+#else
+typedef int tl_idx;
+#endif
+
 template <typename T> __device__ __forceinline__ T tl_floordiv(T a, T b) {
   if (b == 0) return 0;
   T q = a / b, r = a % b;
@@ -88,6 +97,7 @@ class Launch:
     buffers: list[Buffer] = field(default_factory=list)
     params: list[Var] = field(default_factory=list)
     threads: int = 1                 # per block
+    body: Stmt | None = None         # the kernel's loop nest as emitted (bound loops first)
 
 
 def _const_bound(e: Expr) -> Expr:
@@ -99,10 +109,33 @@ def _const_bound(e: Expr) -> Expr:
     return e
 
 
+_INDEX_OPS = (Add, Sub, Mul, FloorDiv, FloorMod, Min, Max, Select, Cast, Var, Const,
+              LT, LE, GT, GE, EQ, NE, And, Or, Not)
+
+
+def is_index(e: Expr, index_vars) -> bool:
+    """Whether `e` is integer arithmetic on loop variables, sizes and constants only (no
+    data): such expressions are computed in `tl_idx`, 32 bits when the host has checked
+    that every one of them fits (see `index_intervals`)."""
+    if not e.dtype.is_int or e.dtype.is_bool:
+        return False
+    for x in walk(e):
+        if not isinstance(x, _INDEX_OPS):
+            return False
+        if isinstance(x, Var) and x.name not in index_vars:
+            return False
+        if isinstance(x, (Cast, Select)) and not x.dtype.is_int:
+            return False
+        if isinstance(x, Cast) and not (x.value.dtype.is_int or x.value.dtype.is_bool):
+            return False
+    return True
+
+
 class KernelWriter:
     def __init__(self, name: str, params: list[Var]):
         self.name = name
         self.params = {p.name: p for p in params}
+        self.index_vars: set[str] = set(self.params)
         self.lines: list[str] = []
         self.indent = 1
         self.names: dict[int, str] = {}
@@ -115,6 +148,12 @@ class KernelWriter:
     # ------------------------------------------------------------------ expressions
     def ty(self, d: DType) -> str:
         return VALUE_TYPES[d.name]
+
+    def ity(self, e: Expr) -> str:
+        """The C type of an integer expression: tl_idx for 64-bit index arithmetic."""
+        if e.dtype.name == "int64" and is_index(e, self.index_vars):
+            return "tl_idx"
+        return self.ty(e.dtype)
 
     def expr(self, e: Expr) -> str:
         if isinstance(e, Var):
@@ -133,8 +172,10 @@ class KernelWriter:
             v = int(e.value)
             if e.dtype.name in ("int32", "int64") and v != e.dtype.min_value():
                 # literals of the right type, for readability (not the minimum: -(2^31)
-                # would be a long long literal in C, -(2^63) no literal at all)
-                text = f"{v}LL" if e.dtype.bits == 64 else str(v)
+                # would be a long long literal in C, -(2^63) no literal at all); an int64
+                # that fits 32 bits is an int literal (it takes the other operand's type)
+                small = -(2 ** 31) < v < 2 ** 31
+                text = f"{v}LL" if e.dtype.bits == 64 and not small else str(v)
                 return f"({text})" if v < 0 else text
             if v == e.dtype.min_value():
                 return f"(({self.ty(e.dtype)})({v + 1}LL - 1LL))"
@@ -149,7 +190,7 @@ class KernelWriter:
         if isinstance(e, (Min, Max)):
             f = ("tl_min" if isinstance(e, Min) else "tl_max") if e.dtype.is_float else \
                 ("tl_imin" if isinstance(e, Min) else "tl_imax")
-            return f"{f}<{self.ty(e.dtype)}>({self.expr(e.a)}, {self.expr(e.b)})"
+            return f"{f}<{self.ity(e)}>({self.expr(e.a)}, {self.expr(e.b)})"
         if isinstance(e, (FloorDiv, FloorMod)):
             if e.dtype.is_float:
                 q = f"floor({self.expr(e.a)} / {self.expr(e.b)})"
@@ -157,7 +198,7 @@ class KernelWriter:
                     return f"(({self.ty(e.dtype)}){q})"
                 return f"(({self.ty(e.dtype)})({self.expr(e.a)} - {q} * {self.expr(e.b)}))"
             f = "tl_floordiv" if isinstance(e, FloorDiv) else "tl_floormod"
-            return f"{f}<{self.ty(e.dtype)}>({self.expr(e.a)}, {self.expr(e.b)})"
+            return f"{f}<{self.ity(e)}>({self.expr(e.a)}, {self.expr(e.b)})"
         if type(e) in _CMP:
             return f"({self.expr(e.a)} {_CMP[type(e)]} {self.expr(e.b)})"
         if isinstance(e, And):
@@ -167,10 +208,12 @@ class KernelWriter:
         if isinstance(e, Not):
             return f"(!{self.expr(e.a)})"
         if isinstance(e, Select):  # C's ?: evaluates only the arm it takes, as required
-            t = self.ty(e.dtype)
+            t = self.ity(e) if e.dtype.is_int else self.ty(e.dtype)
             return (f"({self.expr(e.cond)} ? ({t})({self.expr(e.true_value)}) : "
                     f"({t})({self.expr(e.false_value)}))")
         if isinstance(e, Cast):
+            if e.dtype.name == "int64" and is_index(e, self.index_vars):
+                return f"((tl_idx)({self.expr(e.value)}))"
             return self.cast(e.value, e.dtype)
         if isinstance(e, Call):
             if e.name == "isnan":
@@ -198,9 +241,13 @@ class KernelWriter:
     def flat(self, buf: Buffer, indices) -> str:
         if not indices:
             return "0"
-        idx = f"(long long)({self.expr(indices[0])})"
+        def part(x):
+            t = "tl_idx" if is_index(x, self.index_vars) else "long long"
+            return f"({t})({self.expr(x)})"
+
+        idx = part(indices[0])
         for ext, ix in zip(buf.shape[1:], indices[1:]):
-            idx = f"({idx} * (long long)({self.expr(ext)}) + (long long)({self.expr(ix)}))"
+            idx = f"({idx} * {part(ext)} + {part(ix)})"
         return idx
 
     def check(self, e: IndexCheck) -> str:
@@ -286,10 +333,11 @@ class KernelWriter:
                 # a register array indexed by this loop: a constant trip count, fully
                 # unrolled, with the real extent as a guard, so that every index is a
                 # constant and the array stays in registers (not local memory)
+                self.index_vars.add(v)
                 self.emit("#pragma unroll")
-                self.emit(f"for (long long {v} = {lo}; {v} < {lo} + {s.max_extent}LL; ++{v}) {{")
+                self.emit(f"for (tl_idx {v} = {lo}; {v} < {lo} + {s.max_extent}; ++{v}) {{")
                 self.indent += 1
-                self.emit(f"if ({v} < {lo} + (long long)({ext})) {{")
+                self.emit(f"if ({v} < {lo} + (tl_idx)({ext})) {{")
                 self.indent += 1
                 self.stmt(s.body)
                 self.indent -= 1
@@ -299,7 +347,8 @@ class KernelWriter:
                 return
             if s.kind is LoopKind.UNROLLED:
                 self.emit("#pragma unroll")
-            self.emit(f"for (long long {v} = {lo}; {v} < {lo} + (long long)({ext}); ++{v}) {{")
+            self.index_vars.add(v)
+            self.emit(f"for (tl_idx {v} = {lo}; {v} < {lo} + (tl_idx)({ext}); ++{v}) {{")
             self.indent += 1
             self.stmt(s.body)
             self.indent -= 1
@@ -320,8 +369,11 @@ class KernelWriter:
             self.emit_checks(s)
             self.emit("{")
             self.indent += 1
-            self.emit(f"const {self.ty(s.var.dtype)} {s.var.name} = "
-                      f"({self.ty(s.var.dtype)})({self.expr(s.value)});")
+            t = self.ty(s.var.dtype)
+            if s.var.dtype.name == "int64" and is_index(s.value, self.index_vars):
+                t = "tl_idx"
+                self.index_vars.add(s.var.name)
+            self.emit(f"const {t} {s.var.name} = ({t})({self.expr(s.value)});")
             self.stmt(s.body)
             self.indent -= 1
             self.emit("}")
@@ -446,7 +498,8 @@ def generate(name: str, buffers: list[Buffer], params: list[Var], body: Stmt):
             target[_DIM[dim]] = _const_bound(ext) if kind == "threadIdx" else ext
             lo = "" if isinstance(loop.min, Const) and loop.min.value == 0 else \
                 f"{w.expr(loop.min)} + "
-            w.emit(f"const long long {loop.var.name} = {lo}(long long){tag};")
+            w.index_vars.add(loop.var.name)
+            w.emit(f"const tl_idx {loop.var.name} = {lo}(tl_idx){tag};")
             guards.append(f"{loop.var.name} < {lo}{w.expr(ext)}")
         if guards:
             w.emit(f"if (!({' && '.join(guards)})) return;")
@@ -467,12 +520,17 @@ def generate(name: str, buffers: list[Buffer], params: list[Var], body: Stmt):
         inner = unswitch(_full_tiles(inner, registers),
                          {lp.var.name for lp, tag in bound if tag.startswith("threadIdx")})
         w.stmt(inner)
+        body = inner
+        for loop, _ in reversed(bound):
+            body = For(loop.var, loop.min, loop.extent, body, loop.kind, loop.thread_tag)
+        launch.body = body
         bufs, names = _used(st)
         bufs.sort(key=lambda b: order.get(id(b), len(order)))
         launch.buffers = bufs
         launch.params = [p for p in params if p.name in names]
         sig = [f"{C_TYPES[b.dtype.name]} *__restrict__ {b.name}" for b in bufs] + \
-              [f"long long {p.name}" for p in launch.params]
+              [f"long long {p.name}_" for p in launch.params]
+        w.lines[:0] = [f"  const tl_idx {p.name} = (tl_idx){p.name}_;" for p in launch.params]
         threads = 1
         for x in launch.block:
             if x is not None:
@@ -492,3 +550,128 @@ def generate(name: str, buffers: list[Buffer], params: list[Var], body: Stmt):
         sources.append("")
         launches.append(launch)
     return "\n".join(sources), launches, temps
+
+
+# ------------------------------------------------------------- 32-bit index arithmetic
+INT32_MIN, INT32_MAX = -(2 ** 31), 2 ** 31 - 1
+
+
+class _Wide(Exception):
+    """Some index value of the launch may not fit 32 bits."""
+
+
+def fits_int32(launch: Launch, env: dict[str, int]) -> bool:
+    """Whether every index value of `launch` (loop variables, sizes, index arithmetic and
+    its intermediates, flat addresses) fits 32 bits for these sizes: interval arithmetic
+    over the loop nest as emitted, with the loops' ranges from their bounds."""
+    for b in launch.buffers:
+        n = 1
+        for x in b.shape:
+            lo, hi = _interval(x, {k: (v, v) for k, v in env.items()})
+            n *= max(hi, 0)
+        if n > INT32_MAX:
+            return False
+    iv = {p.name: (env[p.name], env[p.name]) for p in launch.params}
+    try:
+        _walk(launch.body, iv)
+    except _Wide:
+        return False
+    return True
+
+
+def _walk(s: Stmt, iv: dict) -> None:
+    if isinstance(s, Seq):
+        for x in s.stmts:
+            _walk(x, iv)
+    elif isinstance(s, For):
+        lo = _check(s.min, iv)
+        ext = _check(s.extent, iv)
+        top = max(ext[1], s.max_extent or 0)
+        if top <= 0:
+            return                       # runs no iteration
+        iv[s.var.name] = (lo[0], lo[1] + top - 1)
+        _fits(iv[s.var.name])
+        _walk(s.body, iv)
+    elif isinstance(s, Let):
+        if s.var.dtype.is_int and is_index(s.value, iv):
+            iv[s.var.name] = _check(s.value, iv)
+        else:
+            for e in stmt_exprs(s):
+                _exprs(e, iv)
+        _walk(s.body, iv)
+    elif isinstance(s, If):
+        _exprs(s.cond, iv)
+        _walk(s.then_body, iv)
+        if s.else_body is not None:
+            _walk(s.else_body, iv)
+    elif isinstance(s, Allocate):
+        _walk(s.body, iv)
+    else:
+        for e in stmt_exprs(s):
+            _exprs(e, iv)
+
+
+def _exprs(e: Expr, iv: dict) -> None:
+    """Check every maximal index subexpression of `e`."""
+    if e.dtype.is_int and not e.dtype.is_bool and is_index(e, iv):
+        _check(e, iv)
+        return
+    for k in e.children:
+        _exprs(k, iv)
+
+
+def _fits(r) -> tuple[int, int]:
+    if r[0] < INT32_MIN or r[1] > INT32_MAX:
+        raise _Wide
+    return r
+
+
+def _check(e: Expr, iv: dict) -> tuple[int, int]:
+    return _fits(_interval(e, iv, check=True))
+
+
+def _interval(e: Expr, iv: dict, check: bool = False) -> tuple[int, int]:
+    """Bounds of an index expression (every intermediate checked when `check`)."""
+    def go(x):
+        r = _interval(x, iv, check)
+        return _fits(r) if check else r
+
+    if isinstance(e, Const):
+        v = int(e.value)
+        return v, v
+    if isinstance(e, Var):
+        if e.name not in iv:
+            raise _Wide                  # not an index variable we know: be safe
+        return iv[e.name]
+    if isinstance(e, Cast):
+        return go(e.value)
+    if type(e) in (LT, LE, GT, GE, EQ, NE, And, Or, Not):
+        for k in e.children:
+            go(k)
+        return 0, 1
+    if isinstance(e, Select):
+        go(e.cond)
+        a, b = go(e.true_value), go(e.false_value)
+        return min(a[0], b[0]), max(a[1], b[1])
+    a, b = go(e.a), go(e.b)
+    if isinstance(e, Add):
+        return a[0] + b[0], a[1] + b[1]
+    if isinstance(e, Sub):
+        return a[0] - b[1], a[1] - b[0]
+    if isinstance(e, Mul):
+        ps = [x * y for x in a for y in b]
+        return min(ps), max(ps)
+    if isinstance(e, Min):
+        return min(a[0], b[0]), min(a[1], b[1])
+    if isinstance(e, Max):
+        return max(a[0], b[0]), max(a[1], b[1])
+    big = max(abs(a[0]), abs(a[1]))
+    if isinstance(e, FloorDiv):
+        if b[0] > 0 or b[1] < 0:          # the divisor's sign is known and not zero
+            qs = [x // y for x in a for y in b]
+            return min(qs), max(qs)
+        return -big, big
+    if isinstance(e, FloorMod):
+        m = max(abs(b[0]), abs(b[1]))
+        return -m, m
+    raise _Wide

@@ -14,7 +14,7 @@ from ...config import debug_print
 from ...errors import IndexBoundsError, ScheduleError, TensorlangError
 from ...ir.expr import Expr
 from ..runtime import size_value
-from .codegen import ERROR_RECORD_LEN, generate
+from .codegen import ERROR_RECORD_LEN, fits_int32, generate
 
 
 def _eval(e: Expr, env: dict[str, int]) -> int:
@@ -54,13 +54,22 @@ class CudaKernel:
         self.buffers, self.params = list(buffers), list(params)
         self.source, self.launches, self.temps = generate(name, self.buffers, self.params,
                                                           body)
-        self._module = None
+        self._modules: dict[bool, object] = {}
+        self._wide: dict[tuple, bool] = {}
 
     def get_source(self) -> str:
         return self.source
 
-    def _compiled(self):
-        if self._module is None:
+    def wide(self, env: dict[str, int]) -> bool:
+        """Whether these sizes need the 64-bit index variant (some index value of some
+        launch may not fit 32 bits)."""
+        key = tuple(sorted(env.items()))
+        if key not in self._wide:
+            self._wide[key] = not all(fits_int32(la, env) for la in self.launches)
+        return self._wide[key]
+
+    def _compiled(self, wide: bool = False):
+        if wide not in self._modules:
             try:
                 import pycuda.autoinit  # noqa: F401  (a context on the first device)
                 from pycuda.compiler import SourceModule
@@ -68,15 +77,16 @@ class CudaKernel:
                 raise TensorlangError(
                     "calling a CUDA kernel needs pycuda, a CUDA driver and a GPU (pip install "
                     f"'tensorlang[cuda]'); building and get_source() do not ({e})") from None
-            mod = SourceModule(self.source, no_extern_c=True, options=["-std=c++17"])
+            opts = ["-std=c++17"] + (["-DTL_INDEX_64"] if wide else [])
+            mod = SourceModule(self.source, no_extern_c=True, options=opts)
             for launch in self.launches:
                 check_resources(launch, mod.get_function(launch.name))
-            self._module = mod
-        return self._module
+            self._modules[wide] = mod
+        return self._modules[wide]
 
     def run(self, arrays: list, env: dict[str, int], written: set[int], checks) -> None:
         """Launch every kernel on `arrays` (numpy, copied, or device arrays), sizes `env`."""
-        mod = self._compiled()
+        mod = self._compiled(self.wide(env))
         import pycuda.driver as drv
 
         dev: dict[int, object] = {}
