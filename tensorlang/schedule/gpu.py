@@ -23,13 +23,29 @@ def _int(x, what: str) -> int:
 
 
 def elementwise(s, T: Tensor, threads: int = 256):
-    """One thread per element: (blockIdx.x, threadIdx.x) loops."""
+    """One thread per element. The axes are fused and split by the block size
+    (blockIdx.x, threadIdx.x) when they can be (the inner ones of constant extent);
+    otherwise the last axis is split over blockIdx.x / threadIdx.x and the outer ones go
+    to blockIdx.y and blockIdx.z (at most two). Returns the (block, thread) loops of the
+    split."""
     threads = _int(threads, "threads")
     axes = list(s[T].op.axis)
     if not axes:
         raise ScheduleError(f"elementwise: {T.name} has no axes to spread over threads")
-    loop = axes[0] if len(axes) == 1 else s[T].fuse(*axes)
-    bo, bi = s[T].split(loop, factor=threads)
+    constant = all(hasattr(x, "value") for x in T.shape[1:])
+    if len(axes) == 1 or constant:
+        loop = axes[0] if len(axes) == 1 else s[T].fuse(*axes)
+        bo, bi = s[T].split(loop, factor=threads)
+        s[T].bind(bo, "blockIdx.x")
+        s[T].bind(bi, "threadIdx.x")
+        return bo, bi
+    if len(axes) > 3:
+        raise ScheduleError(f"elementwise: {T.name} has {len(axes)} axes of symbolic extent; "
+                            "at most 3 map to the grid (give the inner ones constant extents)")
+    bo, bi = s[T].split(axes[-1], factor=threads)
+    s[T].reorder(*axes[:-1], bo, bi)
+    for ax, tag in zip(reversed(axes[:-1]), ("blockIdx.y", "blockIdx.z")):
+        s[T].bind(ax, tag)
     s[T].bind(bo, "blockIdx.x")
     s[T].bind(bi, "threadIdx.x")
     return bo, bi
