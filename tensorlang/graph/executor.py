@@ -60,6 +60,9 @@ def default_schedule(out: tl.Tensor, kind: str, work: int, fresh=None,
         elif kind == "matmul":
             _block_matmul(s, anchor if anchor is not None else out, out, big)
             return s
+        elif kind == "softmax":
+            _vector_rows(s, _lanes(str(out.dtype)), big)
+            return s
         elif big and int(out.shape[0].value) > 1:
             st.parallel(axes[0])
         return s
@@ -69,6 +72,32 @@ def default_schedule(out: tl.Tensor, kind: str, work: int, fresh=None,
                        f"{tuple(int(x.value) for x in out.shape)} was refused ({e}); "
                        "running the declared loop nest")
         return fresh()
+
+
+def _vector_rows(s: tl.Schedule, lanes: int, parallel: bool) -> None:
+    """Softmax-like groups (row reductions, then an elementwise stage reading them): each
+    reduction over one axis is split by the vector width and rfactored, so that `lanes`
+    partial results accumulate in a vector (computed per output row), then combined; the
+    elementwise stage is vectorised along its last axis; the first axis of every stage runs
+    in parallel when the work is large."""
+    for st in list(s.stages):
+        if st.inlined or st.state.attach is not None or not st.op.axis:
+            continue
+        t = st.op.output
+        red = list(st.op.reduce_axis)
+        if len(red) == 1 and int(red[0].extent.value) >= 2 * lanes:
+            ko, ki = st.split(red[0], factor=lanes)
+            rf = s.rfactor(t, ki)
+            kk, *rest = s[rf].op.axis
+            (kr,) = s[rf].op.reduce_axis
+            s[rf].reorder(*rest, kr, kk)
+            s[rf].vectorize(kk)
+            s[rf].compute_at(st, st.op.axis[-1])
+        elif not red and int(t.shape[-1].value) >= 2 * lanes:
+            jo, ji = st.split(st.op.axis[-1], factor=lanes)
+            st.vectorize(ji)
+        if parallel and int(t.shape[0].value) > 1:
+            st.parallel(st.op.axis[0])
 
 
 def gpu_schedule(out: tl.Tensor, kind: str, fresh, anchor: tl.Tensor | None = None):

@@ -216,3 +216,22 @@ def test_default_matmul_schedule_is_not_refused(m, k, n, monkeypatch, capsys):
     (got,) = G.Executor([a @ b]).run({a: av, b: bv})
     np.testing.assert_allclose(got, av @ bv, rtol=1e-4, atol=1e-4)
     assert "was refused" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("shape,axis", [((1, 1), -1), ((3, 7), -1), ((5, 33), -1),
+                                        ((64, 1024), -1), ((40, 9), 0), ((2, 3, 50), 1)])
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_schedule_is_vectorised_and_not_refused(shape, axis, log, monkeypatch, capsys):
+    """Softmax groups: rfactored vector reductions and a vectorised quotient, at sizes below,
+    at and above the vector width, along any axis; never the refused fallback."""
+    monkeypatch.setenv("TL_DEBUG", "1")
+    x = G.Variable("x", shape, "float32")
+    xv = (R.standard_normal(shape) * 3).astype("f4")
+    node = G.log_softmax(x, axis=axis) if log else G.softmax(x, axis=axis)
+    (got,) = G.Executor([node]).run({x: xv})
+    m = xv.max(axis, keepdims=True)
+    e = np.exp(xv.astype("f8") - m)
+    want = (xv - m - np.log(e.sum(axis, keepdims=True))) if log else e / e.sum(axis,
+                                                                              keepdims=True)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert "was refused" not in capsys.readouterr().err

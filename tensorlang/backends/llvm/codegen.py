@@ -23,6 +23,7 @@ from ...ir.stmt import Allocate, Buffer, For, If, Let, LoopKind, Seq, Stmt, Stor
 from ...ir.visit import stmt_exprs, walk, walk_stmt
 from .half import f16_to_f32, f32_to_f16, f64_to_f16, native_conversions
 from .vector import VectorContext, check_vector_body, type_suffix
+from .vmath import exp_f32
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 STACK_LIMIT = 16 * 1024  # bytes; larger or symbolic allocations go to the heap
@@ -438,7 +439,10 @@ class FunctionCodegen:
         if half:  # libm and most targets compute half math in float
             args = [self.widen_half(a) for a in args]
         t = args[0].type
-        if e.name in _INTRINSICS:
+        scalar_t = t.element if isinstance(t, ir.VectorType) else t
+        if e.name == "exp" and isinstance(scalar_t, ir.FloatType):
+            out = exp_f32(b, args[0], self._declare)     # inline: vectorises, no libm call
+        elif e.name in _INTRINSICS:
             out = b.call(self._intrinsic(e.name, t, len(args)), args)
         elif e.name in _LIBM:
             scalar = t.element if isinstance(t, ir.VectorType) else t
