@@ -17,6 +17,7 @@ import numpy as np
 import tensorlang as tl
 
 from ..config import debug_print
+from ..ir.stmt import LoopKind
 from ..errors import ScheduleError
 from .node import GraphError, Node, topological_order
 from .ops import OPS
@@ -63,6 +64,9 @@ def default_schedule(out: tl.Tensor, kind: str, work: int, fresh=None,
         elif kind == "softmax":
             _vector_rows(s, _lanes(str(out.dtype)), big)
             return s
+        elif kind == "reduce":
+            _vector_reduce(s, _lanes(str(out.dtype)), big)
+            return s
         elif big and int(out.shape[0].value) > 1:
             st.parallel(axes[0])
         return s
@@ -96,8 +100,58 @@ def _vector_rows(s: tl.Schedule, lanes: int, parallel: bool) -> None:
         elif not red and int(t.shape[-1].value) >= 2 * lanes:
             jo, ji = st.split(st.op.axis[-1], factor=lanes)
             st.vectorize(ji)
-        if parallel and int(t.shape[0].value) > 1:
-            st.parallel(st.op.axis[0])
+        outer = st.leaf_iter_vars[0]
+        if parallel and st.state.loops[0].kind is not LoopKind.VECTORIZED:
+            st.parallel(outer)
+
+
+def _last_index(st) -> object:
+    """The last index of the stage's first tensor read (what varies along memory)."""
+    from ..ir.expr import Load
+    from ..ir.visit import walk
+
+    for x in walk(st.op.body):
+        if isinstance(x, Load) and x.indices:
+            return x.indices[-1]
+    return None
+
+
+def _vector_reduce(s: tl.Schedule, lanes: int, parallel: bool) -> None:
+    """Reductions (sum, mean, max, ... over some axes): when the reduced axis is the one
+    that runs along memory, `_vector_rows`' rfactored vector accumulators; when a kept axis
+    does (a sum over the batch), that axis is split by the vector width and its vector of
+    outputs accumulates with the reduction loops outside it; elementwise stages (a mean's
+    scaling) vectorised along their last axis; the first axis in parallel when large."""
+    from ..ir.expr import Var
+
+    for st in list(s.stages):
+        if st.inlined or st.state.attach is not None or not st.op.axis:
+            continue
+        t = st.op.output
+        red = list(st.op.reduce_axis)
+        last = _last_index(st)
+        spatial = list(st.op.axis)
+        if red and isinstance(last, Var) and last.name == spatial[-1].var.name and \
+                int(t.shape[-1].value) >= lanes:
+            jo, ji = st.split(spatial[-1], factor=lanes)
+            st.reorder(*spatial[:-1], jo, *red, ji)
+            st.vectorize(ji)
+        elif len(red) == 1 and isinstance(last, Var) and last.name == red[0].var.name and \
+                int(red[0].extent.value) >= 2 * lanes:
+            ko, ki = st.split(red[0], factor=lanes)
+            rf = s.rfactor(t, ki)
+            kk, *rest = s[rf].op.axis
+            (kr,) = s[rf].op.reduce_axis
+            s[rf].reorder(*rest, kr, kk)
+            s[rf].vectorize(kk)
+            s[rf].compute_at(st, st.op.axis[-1])
+        elif not red and int(t.shape[-1].value) >= 2 * lanes:
+            jo, ji = st.split(spatial[-1], factor=lanes)
+            st.vectorize(ji)
+        outer = st.leaf_iter_vars[0]
+        if parallel and st.state.loops[0].kind is not LoopKind.VECTORIZED and \
+                not outer.name.startswith(tuple(r.var.name for r in red)):
+            st.parallel(outer)
 
 
 def gpu_schedule(out: tl.Tensor, kind: str, fresh, anchor: tl.Tensor | None = None):

@@ -76,3 +76,25 @@ def test_float16_exp_goes_through_the_float32_code():
     y = np.zeros_like(x)
     f(x, y)
     np.testing.assert_array_equal(y, np.exp(x.astype(np.float32)).astype(np.float16))
+
+
+def test_an_rfactor_accumulator_is_a_vector_register_not_a_gather():
+    """S_rf[k_inner, 0] in a [16, 1] buffer: consecutive lanes are consecutive elements
+    (the trailing extent is 1), so the vector loop loads and stores it whole."""
+    X = tl.placeholder((64, 256), name="X")
+    r = tl.reduce_axis((0, 256), name="r")
+    S = tl.compute((64,), lambda i: tl.sum(X[i, r], axis=r), name="S")
+    s = tl.create_schedule(S)
+    ko, ki = s[S].split(r, factor=16)
+    rf = s.rfactor(S, ki)
+    kk, i = s[rf].op.axis
+    (kr,) = s[rf].op.reduce_axis
+    s[rf].reorder(i, kr, kk)
+    s[rf].vectorize(kk)
+    s[rf].compute_at(s[S], s[S].op.axis[0])
+    f = tl.build(s, [X, S])
+    assert "gather" not in f.get_source("ll") and "scatter" not in f.get_source("ll")
+    x = np.random.default_rng(0).random((64, 256), dtype=np.float32)
+    out = np.zeros(64, np.float32)
+    f(x, out)
+    np.testing.assert_allclose(out, x.sum(1), rtol=1e-5)

@@ -235,3 +235,28 @@ def test_softmax_schedule_is_vectorised_and_not_refused(shape, axis, log, monkey
                                                                               keepdims=True)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert "was refused" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("shape,axis", [((1,), None), ((7,), 0), ((3, 40), 1), ((40, 3), 0),
+                                        ((33, 70), 0), ((5, 6, 40), (0, 2)), ((64, 256), -1),
+                                        ((4, 9, 17), 1)])
+@pytest.mark.parametrize("op", ["sum", "mean", "max"])
+def test_reduce_schedule_is_vectorised_and_not_refused(shape, axis, op, monkeypatch, capsys):
+    """Reductions along the memory axis (rfactored vector accumulators) and across it
+    (a vector of outputs per reduction step), below and above the vector width."""
+    monkeypatch.setenv("TL_DEBUG", "1")
+    x = G.Variable("x", shape, "float32")
+    xv = R.standard_normal(shape).astype("f4")
+    (got,) = G.Executor([getattr(G, op)(x, axis=axis)]).run({x: xv})
+    np.testing.assert_allclose(got, getattr(np, op)(xv, axis=axis), rtol=1e-5, atol=1e-5)
+    assert "was refused" not in capsys.readouterr().err
+
+
+def test_layer_norm_schedules_are_not_refused(monkeypatch, capsys):
+    monkeypatch.setenv("TL_DEBUG", "1")
+    x = G.Variable("x", (48, 96), "float32")
+    xv = R.standard_normal((48, 96)).astype("f4")
+    (got,) = G.Executor([G.layer_norm(x)]).run({x: xv})
+    want = (xv - xv.mean(-1, keepdims=True)) / np.sqrt(xv.var(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert "was refused" not in capsys.readouterr().err

@@ -96,14 +96,30 @@ class VectorContext:
         return substitute(e, self.lets) if self.lets else e
 
     # ---------------------------------------------------------------------- addresses
-    def _kind(self, indices) -> tuple[str, tuple[Expr, ...]]:
-        """'contiguous', 'uniform' or 'gather' for an access, with Let variables expanded."""
+    def _kind(self, indices, buf=None) -> tuple[str, tuple[Expr, ...]]:
+        """'contiguous', 'uniform' or 'gather' for an access, with Let variables expanded.
+        Contiguous: consecutive lanes are consecutive elements of the row-major buffer
+        (the last index grows by 1, or an earlier one whose inner extents are all 1, as
+        in an rfactor buffer of shape [16, 1])."""
         idx = tuple(self._expand(i) for i in indices)
         cs = [linear_coeff(i, self.var) for i in idx]
         if all(c == 0 for c in cs):
             return "uniform", idx
         if cs and cs[-1] == 1 and all(c == 0 for c in cs[:-1]):
             return "contiguous", idx
+        if buf is not None and None not in cs:
+            stride: int | None = 1        # elements between neighbours of this dimension
+            flat = 0
+            for c, ext in zip(reversed(cs), reversed(buf.shape)):
+                if c:
+                    if stride is None:
+                        break
+                    flat += c * stride
+                stride = stride * int(ext.value) if stride is not None and \
+                    isinstance(ext, Const) else None
+            else:
+                if flat == 1:
+                    return "contiguous", idx
         return "gather", idx
 
     def _scalar_address(self, cg, buf, idx) -> ir.Value:
@@ -154,7 +170,7 @@ class VectorContext:
 
         mt = memory_type(e.buffer.dtype)
         vt = ir.VectorType(mt, self.lanes)
-        kind, idx = self._kind(e.indices)
+        kind, idx = self._kind(e.indices, e.buffer)
         if kind == "uniform":
             if self.mask is None:
                 v = b.load(self._scalar_address(cg, e.buffer, idx))
@@ -194,7 +210,7 @@ class VectorContext:
         b = cg.builder
         v = cg.splat(v)
         vt = v.type
-        kind, idx = self._kind(s.indices)
+        kind, idx = self._kind(s.indices, s.buffer)
         if kind == "contiguous":
             ptr = b.bitcast(self._scalar_address(cg, s.buffer, idx), vt.as_pointer())
             if self.mask is None:
