@@ -15,6 +15,10 @@ def test_demo_runs_and_checks(capsys):
     assert "for k in range(n):" in out
     assert "check against numpy: OK" in out
     assert "GFLOPS" in out and "numpy" in out
+    # it ends on the scheduled matmul beside numpy, naming the CPU and its vector width
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("tensorlang, scheduled") and "x numpy's speed" in last
+    assert "float32 lanes per vector" in out and "-mattr" not in out
 
 
 def test_console_script_installed():
