@@ -89,7 +89,8 @@ def _vector_rows(s: tl.Schedule, lanes: int, parallel: bool) -> None:
             continue
         t = st.op.output
         red = list(st.op.reduce_axis)
-        if len(red) == 1 and int(red[0].extent.value) >= 2 * lanes:
+        if len(red) == 1 and int(red[0].extent.value) >= 2 * lanes and \
+                _combiner(st) not in ("max", "min"):
             ko, ki = st.split(red[0], factor=lanes)
             rf = s.rfactor(t, ki)
             kk, *rest = s[rf].op.axis
@@ -116,6 +117,12 @@ def _last_index(st) -> object:
     return None
 
 
+def _combiner(st) -> str:
+    from ..te.reduce import Reduce
+
+    return st.op.body.combiner.name if isinstance(st.op.body, Reduce) else ""
+
+
 def _vector_reduce(s: tl.Schedule, lanes: int, parallel: bool) -> None:
     """Reductions (sum, mean, max, ... over some axes): when the reduced axis is the one
     that runs along memory, `_vector_rows`' rfactored vector accumulators; when a kept axis
@@ -137,7 +144,9 @@ def _vector_reduce(s: tl.Schedule, lanes: int, parallel: bool) -> None:
             st.reorder(*spatial[:-1], jo, *red, ji)
             st.vectorize(ji)
         elif len(red) == 1 and isinstance(last, Var) and last.name == red[0].var.name and \
-                int(red[0].extent.value) >= 2 * lanes:
+                int(red[0].extent.value) >= 2 * lanes and _combiner(st) not in ("max", "min"):
+            # (LLVM vectorises a max/min along the row itself, faster than the rfactored
+            # form; a sum it may not reassociate)
             ko, ki = st.split(red[0], factor=lanes)
             rf = s.rfactor(t, ki)
             kk, *rest = s[rf].op.axis
