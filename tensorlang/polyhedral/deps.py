@@ -154,8 +154,8 @@ def pick_pair(rel: isl.Map) -> tuple[dict[str, int], list[int], list[int]]:
     return sizes, vals[:n_src], vals[n_src:]
 
 
-def _loop_values(ts: TimedStatement, point: list[int], sizes: dict[str, int]) -> dict[str, int]:
-    m = ts.time
+def image_of(m: isl.Map, point: list[int], sizes: dict[str, int]) -> list[int]:
+    """One point of `m`'s image of the domain point `point`, with the sizes fixed."""
     for k in range(m.dim(isl.dim_type.param)):
         name = m.get_dim_name(isl.dim_type.param, k)
         if name in sizes:
@@ -163,7 +163,11 @@ def _loop_values(ts: TimedStatement, point: list[int], sizes: dict[str, int]) ->
     for d, v in enumerate(point):
         m = m.fix_val(isl.dim_type.in_, d, isl.Val(v))
     img = m.range()
-    t = _point_values(img, img.sample_point())
+    return _point_values(img, img.sample_point())
+
+
+def _loop_values(ts: TimedStatement, point: list[int], sizes: dict[str, int]) -> dict[str, int]:
+    t = image_of(ts.time, point, sizes)
     return {lp.name: t[2 + 2 * li] for li, lp in enumerate(ts.loops)}
 
 

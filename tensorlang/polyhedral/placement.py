@@ -261,7 +261,7 @@ def _attach(prog, states, entries: list[Entry], sid: str, st: StageState) -> lis
         if coop is None:
             lmap = pfx.flat_range_product(back.apply_range(e.lmap))
         else:   # each thread of the block copies every T-th element of the tile
-            expanded, rounds = coop.distribute(expanded, new, pd, dims)
+            expanded, rounds = coop.distribute(expanded)
             lmap = pfx.flat_range_product(rounds.align_params(pfx.get_space()))
             own_loops = (Loop(f"{label}.fetch"),)
             path = list(scope) + [e.path[1], 0]
@@ -330,6 +330,25 @@ def _relaxed(k: int, threads, extents: dict[int, int], space) -> isl.Map:
     return isl.Map(f"{{ [{', '.join(ps)}] -> [{', '.join(qs)}] : {box} }}").align_params(space)
 
 
+def tile_positions(space: isl.Space, k: int, offsets) -> list[isl.PwAff]:
+    """On a set space [p_0..p_k-1, x_0..x_n-1] (a prefix, then an element), the element's
+    position in the tile: x_d minus the tile's corner at p, per dimension."""
+    sp = space
+    ls = isl.LocalSpace.from_space(sp)
+    n = sp.dim(isl.dim_type.set) - k
+    to_prefix = isl.MultiAff(
+        f"{{ [{', '.join(f'p{j}' for j in range(k + n))}] -> "
+        f"[{', '.join(f'p{j}' for j in range(k))}] }}").align_params(sp)
+    if sp.get_tuple_name(isl.dim_type.set):
+        to_prefix = to_prefix.set_tuple_name(isl.dim_type.in_,
+                                             sp.get_tuple_name(isl.dim_type.set))
+    out = []
+    for d, off in enumerate(offsets):
+        x = isl.PwAff.from_aff(isl.Aff.var_on_domain(ls, isl.dim_type.set, k + d))
+        out.append(x.sub(off.align_params(sp).pullback_multi_aff(to_prefix)))
+    return out
+
+
 class _Coop:
     """The cooperative load of a block's shared tile: the T threads of the block take the
     tile's elements in row-major order, thread t the elements t, t + T, t + 2T, ... (one
@@ -377,7 +396,7 @@ class _Coop:
             self.shape.append(ext.to_python() + 1)
         return foot
 
-    def distribute(self, expanded: isl.Set, name: str, pd: str, dims: str):
+    def distribute(self, expanded: isl.Set):
         """The expanded instances each thread copies, and instance -> its round."""
         k = self.k
         sp = expanded.get_space()
@@ -386,11 +405,8 @@ class _Coop:
         def var(i):
             return isl.PwAff.from_aff(isl.Aff.var_on_domain(ls, isl.dim_type.set, i))
 
-        to_prefix = isl.MultiAff(f"{{ {name}[{pd}, {dims}] -> [{pd}] }}")
-        to_prefix = to_prefix.align_params(sp)
         lin = None
-        for d, (off, ext) in enumerate(zip(self.offsets, self.shape)):
-            rel = var(k + d).sub(off.align_params(sp).pullback_multi_aff(to_prefix))
+        for rel, ext in zip(tile_positions(sp, k, self.offsets), self.shape):
             lin = rel if lin is None else lin.scale_val(isl.Val(ext)).add(rel)
         tid = None
         for d, stride in self.strides.items():

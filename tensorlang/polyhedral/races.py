@@ -23,9 +23,9 @@ from __future__ import annotations
 import islpy as isl
 
 from ..errors import IllegalScheduleError
-from ..ir.stmt import Barrier, LoopKind
-from .deps import Witness, pick_pair
-from .placement import PREFIX, Entry, Placement, loop_prefix
+from ..ir.stmt import LoopKind
+from .deps import Witness, _loop_values, image_of, pick_pair
+from .placement import PREFIX, Entry, Placement, loop_prefix, tile_positions
 
 
 def _project_time(time: isl.Map, dims: list[int]) -> isl.Map:
@@ -50,16 +50,9 @@ def _shared_location(L, e: Entry, acc: isl.Map, blocks: list[int]) -> isl.Map:
     both = pre.flat_range_product(acc.reset_tuple_id(isl.dim_type.out))   # inst -> [p, x]
     sp = both.range().get_space()
     ls = isl.LocalSpace.from_space(sp)
-    n = acc.dim(isl.dim_type.out)
-    to_prefix = isl.MultiAff(
-        f"{{ [{', '.join(f'p{j}' for j in range(k + n))}] -> "
-        f"[{', '.join(f'p{j}' for j in range(k))}] }}").align_params(sp)
-    outs = None
     cols = [isl.PwAff.from_aff(isl.Aff.var_on_domain(ls, isl.dim_type.set, (t - 2) // 2))
-            for t in blocks]
-    for d, off in enumerate(L.offsets):
-        x = isl.PwAff.from_aff(isl.Aff.var_on_domain(ls, isl.dim_type.set, k + d))
-        cols.append(x.sub(off.align_params(sp).pullback_multi_aff(to_prefix)))
+            for t in blocks] + tile_positions(sp, k, L.offsets)
+    outs = None
     for c in cols:
         m = isl.Map.from_pw_aff(c)
         outs = m if outs is None else outs.flat_range_product(m)
@@ -144,24 +137,8 @@ def _check_kernel(prog, pl, shared, ents, bars, tmap, tinfo) -> None:
 
 
 def _bound_values(ts, point, sizes, kind) -> dict[str, int]:
-    from .deps import _loop_values
-
     vals = _loop_values(ts, point, sizes)
     return {lp.thread_tag: vals[lp.name] for lp in ts.loops if lp.kind is kind}
-
-
-def _element(acc: isl.Map, point, sizes) -> list[int]:
-    m = acc
-    for k in range(m.dim(isl.dim_type.param)):
-        name = m.get_dim_name(isl.dim_type.param, k)
-        if name in sizes:
-            m = m.fix_val(isl.dim_type.param, k, isl.Val(sizes[name]))
-    for d, v in enumerate(point):
-        m = m.fix_val(isl.dim_type.in_, d, isl.Val(v))
-    img = m.range()
-    p = img.sample_point()
-    return [p.get_coordinate_val(isl.dim_type.set, d).to_python()
-            for d in range(img.dim(isl.dim_type.set))]
 
 
 def _raise(prog, a: Entry, b: Entry, acc_a, acc_b, b_writes, rel, tinfo, same_block):
@@ -178,7 +155,7 @@ def _raise(prog, a: Entry, b: Entry, acc_a, acc_b, b_writes, rel, tinfo, same_bl
     la, ia = inst(a, pa)
     lb, ib = inst(b, pb)
     tensor = acc_a.get_tuple_name(isl.dim_type.out)
-    ea, eb = _element(acc_a, pa, sizes), _element(acc_b, pb, sizes)
+    ea, eb = image_of(acc_a, pa, sizes), image_of(acc_b, pb, sizes)
     thr_a = _bound_values(ta, pa, sizes, LoopKind.GPU_THREAD)
     thr_b = _bound_values(tb, pb, sizes, LoopKind.GPU_THREAD)
     blk_a = _bound_values(ta, pa, sizes, LoopKind.GPU_BLOCK)
@@ -219,19 +196,6 @@ def _raise(prog, a: Entry, b: Entry, acc_a, acc_b, b_writes, rel, tinfo, same_bl
 
 def _block_time(ts, point, sizes) -> list[int]:
     """The instance's time vector without its thread loops (the block's order)."""
-    m = ts.time
-    for k in range(m.dim(isl.dim_type.param)):
-        name = m.get_dim_name(isl.dim_type.param, k)
-        if name in sizes:
-            m = m.fix_val(isl.dim_type.param, k, isl.Val(sizes[name]))
-    for d, v in enumerate(point):
-        m = m.fix_val(isl.dim_type.in_, d, isl.Val(v))
-    img = m.range()
-    p = img.sample_point()
-    t = [p.get_coordinate_val(isl.dim_type.set, d).to_python()
-         for d in range(img.dim(isl.dim_type.set))]
+    t = image_of(ts.time, point, sizes)
     thread = {2 + 2 * d for d, lp in enumerate(ts.loops) if lp.kind is LoopKind.GPU_THREAD}
     return [v for d, v in enumerate(t) if d not in thread]
-
-
-__all__ = ["check_races", "Barrier"]
