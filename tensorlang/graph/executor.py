@@ -61,10 +61,7 @@ def default_schedule(out: tl.Tensor, kind: str, work: int, fresh=None,
         elif kind == "matmul":
             _block_matmul(s, anchor if anchor is not None else out, out, big)
             return s
-        elif kind == "softmax":
-            _vector_rows(s, _lanes(str(out.dtype)), big)
-            return s
-        elif kind == "reduce":
+        elif kind in ("softmax", "reduce"):
             _vector_reduce(s, _lanes(str(out.dtype)), big)
             return s
         elif big and int(out.shape[0].value) > 1:
@@ -76,34 +73,6 @@ def default_schedule(out: tl.Tensor, kind: str, work: int, fresh=None,
                        f"{tuple(int(x.value) for x in out.shape)} was refused ({e}); "
                        "running the declared loop nest")
         return fresh()
-
-
-def _vector_rows(s: tl.Schedule, lanes: int, parallel: bool) -> None:
-    """Softmax-like groups (row reductions, then an elementwise stage reading them): each
-    reduction over one axis is split by the vector width and rfactored, so that `lanes`
-    partial results accumulate in a vector (computed per output row), then combined; the
-    elementwise stage is vectorised along its last axis; the first axis of every stage runs
-    in parallel when the work is large."""
-    for st in list(s.stages):
-        if st.inlined or st.state.attach is not None or not st.op.axis:
-            continue
-        t = st.op.output
-        red = list(st.op.reduce_axis)
-        if len(red) == 1 and int(red[0].extent.value) >= 2 * lanes and \
-                _combiner(st) not in ("max", "min"):
-            ko, ki = st.split(red[0], factor=lanes)
-            rf = s.rfactor(t, ki)
-            kk, *rest = s[rf].op.axis
-            (kr,) = s[rf].op.reduce_axis
-            s[rf].reorder(*rest, kr, kk)
-            s[rf].vectorize(kk)
-            s[rf].compute_at(st, st.op.axis[-1])
-        elif not red and int(t.shape[-1].value) >= 2 * lanes:
-            jo, ji = st.split(st.op.axis[-1], factor=lanes)
-            st.vectorize(ji)
-        outer = st.leaf_iter_vars[0]
-        if parallel and st.state.loops[0].kind is not LoopKind.VECTORIZED:
-            st.parallel(outer)
 
 
 def _last_index(st) -> object:
@@ -124,11 +93,15 @@ def _combiner(st) -> str:
 
 
 def _vector_reduce(s: tl.Schedule, lanes: int, parallel: bool) -> None:
-    """Reductions (sum, mean, max, ... over some axes): when the reduced axis is the one
-    that runs along memory, `_vector_rows`' rfactored vector accumulators; when a kept axis
-    does (a sum over the batch), that axis is split by the vector width and its vector of
-    outputs accumulates with the reduction loops outside it; elementwise stages (a mean's
-    scaling) vectorised along their last axis; the first axis in parallel when large."""
+    """Reductions (sum, mean, max, ... over some axes) and softmax-like groups (row
+    reductions, then an elementwise stage reading them). A sum over the axis that runs
+    along memory is split by the vector width and rfactored: `lanes` partial sums
+    accumulate in a vector per output row, then combine (a max or min there is left to
+    LLVM's vectoriser, which does it well; a sum it may not reassociate). When a kept axis
+    runs along memory (a sum over the batch), that axis is split by the vector width and
+    its vector of outputs accumulates with the reduction loops outside it. Elementwise
+    stages (a mean's scaling, softmax's quotient) are vectorised along their last axis;
+    the first axis of every stage runs in parallel when the work is large."""
     from ..ir.expr import Var
 
     for st in list(s.stages):
@@ -145,8 +118,6 @@ def _vector_reduce(s: tl.Schedule, lanes: int, parallel: bool) -> None:
             st.vectorize(ji)
         elif len(red) == 1 and isinstance(last, Var) and last.name == red[0].var.name and \
                 int(red[0].extent.value) >= 2 * lanes and _combiner(st) not in ("max", "min"):
-            # (LLVM vectorises a max/min along the row itself, faster than the rfactored
-            # form; a sum it may not reassociate)
             ko, ki = st.split(red[0], factor=lanes)
             rf = s.rfactor(t, ki)
             kk, *rest = s[rf].op.axis
