@@ -100,15 +100,6 @@ class Launch:
     body: Stmt | None = None         # the kernel's loop nest as emitted (bound loops first)
 
 
-def _const_bound(e: Expr) -> Expr:
-    """A launch extent for a bound loop: a partial tile's min(c, rest) launches c threads."""
-    if isinstance(e, Min):
-        for x in (e.a, e.b):
-            if isinstance(x, Const):
-                return x
-    return e
-
-
 _INDEX_OPS = (Add, Sub, Mul, FloorDiv, FloorMod, Min, Max, Select, Cast, Var, Const,
               LT, LE, GT, GE, EQ, NE, And, Or, Not)
 
@@ -495,7 +486,12 @@ def generate(name: str, buffers: list[Buffer], params: list[Var], body: Stmt):
             kind, dim = tag.split(".")
             ext = loop.extent
             target = launch.grid if kind == "blockIdx" else launch.block
-            target[_DIM[dim]] = _const_bound(ext) if kind == "threadIdx" else ext
+            if kind == "threadIdx" and not isinstance(ext, Const) and \
+                    loop.max_extent is not None:
+                # a partial tile launches the full tile's threads (isl's bound), guarded
+                target[_DIM[dim]] = Const(loop.max_extent, ext.dtype)
+            else:
+                target[_DIM[dim]] = ext
             lo = "" if isinstance(loop.min, Const) and loop.min.value == 0 else \
                 f"{w.expr(loop.min)} + "
             w.index_vars.add(loop.var.name)
