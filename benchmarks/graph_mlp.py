@@ -44,24 +44,30 @@ def numpy_step(x, y, w1, w2):
     return loss, w1 - LR * dw1, w2 - LR * dw2
 
 
+def mlp_step(batch: int):
+    """The step's graph at a batch size: (nodes [loss, W1', W2'], feed, (x, y, W1, W2) as
+    numpy arrays). Also used by benchmarks/gpu/mlp.py."""
+    rng = np.random.default_rng(0)
+    xv = rng.standard_normal((batch, N_IN)).astype("float32")
+    yv = np.eye(N_OUT, dtype="float32")[rng.integers(0, N_OUT, batch)]
+    w1v = (rng.standard_normal((N_IN, H)) * 0.05).astype("float32")
+    w2v = (rng.standard_normal((H, N_OUT)) * 0.05).astype("float32")
+    x, y = G.Variable("x", (batch, N_IN)), G.Variable("y", (batch, N_OUT))
+    w1, w2 = G.Variable("W1", (N_IN, H)), G.Variable("W2", (H, N_OUT))
+    loss = G.softmax_cross_entropy(G.relu(x @ w1) @ w2, y)
+    g1, g2 = G.gradients(loss, [w1, w2])
+    feed = {x: xv, y: yv, w1: w1v, w2: w2v}
+    return [loss, w1 - LR * g1, w2 - LR * g2], feed, (xv, yv, w1v, w2v)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--rounds", type=int, default=5)
     opts = p.parse_args()
     steps = opts.steps
-    rng = np.random.default_rng(0)
-    xv = rng.standard_normal((B, N_IN)).astype("float32")
-    yv = np.eye(N_OUT, dtype="float32")[rng.integers(0, N_OUT, B)]
-    w1v = (rng.standard_normal((N_IN, H)) * 0.05).astype("float32")
-    w2v = (rng.standard_normal((H, N_OUT)) * 0.05).astype("float32")
-
-    x, y = G.Variable("x", (B, N_IN)), G.Variable("y", (B, N_OUT))
-    w1, w2 = G.Variable("W1", (N_IN, H)), G.Variable("W2", (H, N_OUT))
-    loss = G.softmax_cross_entropy(G.relu(x @ w1) @ w2, y)
-    g1, g2 = G.gradients(loss, [w1, w2])
-    ex = G.Executor([loss, w1 - LR * g1, w2 - LR * g2])
-    feed = {x: xv, y: yv, w1: w1v, w2: w2v}
+    nodes, feed, (xv, yv, w1v, w2v) = mlp_step(B)
+    ex = G.Executor(nodes)
     t0 = time.perf_counter()
     got = ex.run(feed)
     compile_s = time.perf_counter() - t0

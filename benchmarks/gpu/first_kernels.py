@@ -1,12 +1,11 @@
 """The CUDA target's first kernels against torch on the same GPU, side by side in one run.
 
-- E = D + (A + B) * C over 2^26 float32 (one fused kernel: 1 thread per element, blocks of
-  256), in GB/s of the 5 arrays moved;
-- SGEMM 4096^3 with 16 x 16 thread tiles (each thread one output, the k loop in registers:
-  no shared memory yet), in TFLOPS, against torch.matmul (cuBLAS).
-Median of 10 timed calls after a warm-up, CUDA events around the launches only (the copies
-in and out are outside: tensorlang's call copies numpy arrays, so its kernels are timed on
-device buffers through the module's launch list). Usage: python benchmarks/gpu/first_kernels.py
+E = D + (A + B) * C over 2^26 float32 (one fused kernel: 1 thread per element, blocks of
+256), in GB/s of the 5 arrays moved, against torch eager. SGEMM is `sgemm.py`, which also
+imports this file's timing helpers. Median of 10 timed calls after a warm-up, CUDA events
+around the launches only (the copies in and out are outside: tensorlang's call copies numpy
+arrays, so its kernels are timed on device buffers through the module's launch list).
+Usage: python benchmarks/gpu/first_kernels.py
 """
 
 import statistics
@@ -95,53 +94,6 @@ def main() -> None:
     gb = 5 * 4 * size / 1e9
     print(f"E = D + (A+B)*C, 2^26 float32: tensorlang {gb / t:7.0f} GB/s   torch (eager, "
           f"3 kernels) {gb / tt:7.0f} GB/s")
-
-    m = 4096
-    M, N, K = tl.var("M"), tl.var("N"), tl.var("K")
-    X = tl.placeholder((M, K), name="X")
-    Y = tl.placeholder((K, N), name="Y")
-    k = tl.reduce_axis((0, K), name="k")
-    Z = tl.compute((M, N), lambda i, j: tl.sum(X[i, k] * Y[k, j], axis=k), name="Z")
-    s = tl.create_schedule(Z)
-    io, jo, ii, ji = s[Z].tile(Z.op.axis[0], Z.op.axis[1], 16, 16)
-    for loop, tag in ((io, "blockIdx.y"), (jo, "blockIdx.x"), (ii, "threadIdx.y"),
-                      (ji, "threadIdx.x")):
-        s[Z].bind(loop, tag)
-    g = tl.build(s, [X, Y, Z], target="cuda")
-    # the same with a 4 x 4 register tile per thread (64 x 64 per block)
-    s2 = tl.create_schedule(Z)
-    ZL = s2.cache_write(Z, "local")
-    i, j = s2[Z].op.axis
-    bi, bj, ti, tj = s2[Z].tile(i, j, 64, 64)
-    tio, tii = s2[Z].split(ti, factor=4)
-    tjo, tji = s2[Z].split(tj, factor=4)
-    s2[Z].reorder(bi, bj, tio, tjo, tii, tji)
-    for loop, tag in ((bi, "blockIdx.y"), (bj, "blockIdx.x"), (tio, "threadIdx.y"),
-                      (tjo, "threadIdx.x")):
-        s2[Z].bind(loop, tag)
-    s2[ZL].compute_at(s2[Z], tjo)
-    li, lj = s2[ZL].op.axis
-    (lk,) = s2[ZL].op.reduce_axis
-    s2[ZL].reorder(lk, li, lj)
-    s2[ZL].unroll(li)
-    s2[ZL].unroll(lj)
-    g2 = tl.build(s2, [X, Y, Z], target="cuda")
-    x = np.random.rand(m, m).astype(np.float32)
-    y = np.random.rand(m, m).astype(np.float32)
-    tx, ty = torch.from_numpy(x).cuda(), torch.from_numpy(y).cuda()
-    torch.backends.cuda.matmul.allow_tf32 = False
-    ref = (tx @ ty).cpu().numpy()
-    tt = torch_time(lambda: tx @ ty)
-    flops = 2 * m ** 3 / 1e12
-    for label, kernel in (("16x16 threads, one output each", g),
-                          ("16x16 threads, 4x4 register tiles", g2)):
-        t, dev = launch_time(kernel, [x, y, np.zeros((m, m), np.float32)],
-                             {"M": m, "N": m, "K": m}, reps=3)
-        z = fetch(dev[2], np.zeros((m, m), np.float32))
-        np.testing.assert_allclose(z, ref, rtol=1e-3, atol=1e-2)
-        print(f"SGEMM 4096^3 fp32, {label}, no shared memory: tensorlang "
-              f"{flops / t:6.1f} TFLOPS   torch/cuBLAS {flops / tt:6.1f} TFLOPS   "
-              f"ratio {tt / t:.3f}")
 
 
 if __name__ == "__main__":

@@ -6,14 +6,17 @@ Usage: python benchmarks/gpu/mlp.py [--batch 1024]
 """
 
 import argparse
+import os
 import statistics
+import sys
 import time
 
 import numpy as np
 
 import tensorlang.graph as G
 
-N_IN, H, N_OUT, LR = 784, 256, 10, 0.1
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from graph_mlp import LR, mlp_step  # noqa: E402
 
 
 def median_ms(fn, steps=20):
@@ -33,17 +36,7 @@ def main() -> None:
     B = ap.parse_args().batch
     import torch
 
-    rng = np.random.default_rng(0)
-    xv = rng.standard_normal((B, N_IN)).astype("float32")
-    yv = np.eye(N_OUT, dtype="float32")[rng.integers(0, N_OUT, B)]
-    w1v = (rng.standard_normal((N_IN, H)) * 0.05).astype("float32")
-    w2v = (rng.standard_normal((H, N_OUT)) * 0.05).astype("float32")
-    x, y = G.Variable("x", (B, N_IN)), G.Variable("y", (B, N_OUT))
-    w1, w2 = G.Variable("W1", (N_IN, H)), G.Variable("W2", (H, N_OUT))
-    loss = G.softmax_cross_entropy(G.relu(x @ w1) @ w2, y)
-    g1, g2 = G.gradients(loss, [w1, w2])
-    nodes = [loss, w1 - LR * g1, w2 - LR * g2]
-    feed = {x: xv, y: yv, w1: w1v, w2: w2v}
+    nodes, feed, (xv, yv, w1v, w2v) = mlp_step(B)
     ex = G.Executor(nodes, target="cuda")
     t0 = time.perf_counter()
     got = ex.run(feed)
@@ -65,7 +58,7 @@ def main() -> None:
     t_tl = median_ms(lambda: ex.run(feed))
     t_torch = median_ms(torch_step)
     (plan,) = ex._plans.values()
-    print(f"device: {torch.cuda.get_device_name()}; one SGD step, MLP {N_IN}-{H}-{N_OUT}, "
+    print(f"device: {torch.cuda.get_device_name()}; one SGD step, MLP 784-256-10, "
           f"batch {B}, float32, host arrays in and out")
     print(f"  tensorlang Executor(cuda): {t_tl:8.2f} ms ({len(plan.steps)} kernels; first run "
           f"incl. compiling {compile_s:.1f} s)")

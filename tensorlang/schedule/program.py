@@ -124,7 +124,7 @@ class Program:
                 return
             deps, info, reads, writes = expand_dependences(self, pl, states)
             check_legality(primitive, stage, times, deps, info, reads, writes)
-            if pl.barriers or any(L.threads for L in pl.locals):
+            if any(L.threads for L in pl.locals):     # a GPU block's shared tiles
                 from ..polyhedral.races import check_races
 
                 check_races(self, pl, timed_statements(pl.entries + pl.barriers))
