@@ -163,12 +163,12 @@ class Module:
 
 
 class CudaModule(Module):
-    """A kernel built for target="cuda": CUDA C (`get_source()`, `save("k.cu")`) made
-    without a GPU; a call (numpy arrays, copied to the device and back) needs pycuda and a
-    CUDA driver."""
+    """A kernel built for target="cuda" (CUDA C: `get_source()`, `save("k.cu")`) or
+    target="nvptx" (PTX from LLVM: `save("k.ptx")`), made without a GPU; a call (numpy
+    arrays, copied to the device and back, or device arrays) needs pycuda and a CUDA driver."""
 
     def __init__(self, lowered: LoweredFunc, kernel):
-        super().__init__(lowered, None, "cuda")
+        super().__init__(lowered, None, "cuda" if kernel.source_format == "cu" else "nvptx")
         self.cuda = kernel
 
     def __call__(self, *arrays) -> None:
@@ -188,29 +188,33 @@ class CudaModule(Module):
                                            if b is not None) if i in self._written}
         self.cuda.run(tensors, env, written, self.lowered.checks)
 
-    def get_source(self, fmt: str = "cu") -> str:
-        """The CUDA C source ("cu", default) or the loop nest ("loops")."""
-        if fmt in ("cu", "cuda"):
+    def _formats(self) -> tuple[str, ...]:
+        return ("cu", "cuda") if self.cuda.source_format == "cu" else ("ptx",)
+
+    def get_source(self, fmt: str | None = None) -> str:
+        """The kernel's source (CUDA C or PTX, by target; the default) or the loop nest
+        ("loops")."""
+        if fmt is None or fmt in self._formats():
             return self.cuda.get_source()
         if fmt in ("tl", "loops"):
             return str(self.lowered)
-        raise TensorlangError(f"get_source: unknown format {fmt!r} for a CUDA kernel; "
-                              "expected 'cu' or 'loops'")
+        raise TensorlangError(f"get_source: unknown format {fmt!r} for a {self.target} "
+                              f"kernel; expected {self._formats()[0]!r} or 'loops'")
 
     def save(self, path, fmt: str | None = None) -> None:
-        """Write the CUDA C source to `path` (".cu")."""
+        """Write the kernel's source to `path` (".cu" for CUDA C, ".ptx" for PTX)."""
         import os
 
         path = os.fspath(path)
         kind = fmt or os.path.splitext(path)[1].lstrip(".")
-        if kind not in ("cu", "cuda"):
-            raise TensorlangError(f"save: a CUDA kernel is saved as CUDA C (.cu), not "
-                                  f"{kind!r}")
+        if kind not in self._formats():
+            raise TensorlangError(f"save: a {self.target} kernel is saved as "
+                                  f".{self._formats()[0]}, not {kind!r}")
         with open(path, "w") as f:
             f.write(self.cuda.get_source())
 
     def __repr__(self) -> str:
-        return f"CudaModule({self.name})"
+        return f"CudaModule({self.name}, target={self.target})"
 
 
 _C_RESERVED = {
@@ -230,6 +234,25 @@ _LIBC = {f + suffix for f in ("exp", "log", "sin", "cos", "tan", "tanh", "sqrt",
                                          "pthread_create", "pthread_join", "abort"}
 
 
+def _build_nvptx(s: Schedule, args, target: str, name: str, checks: bool) -> Module:
+    """target="nvptx" or "nvptx -mcpu=sm_90": PTX for that GPU architecture and later."""
+    from .backends.cuda.module import NvptxKernel
+    from .backends.cuda.nvptx import DEFAULT_ARCH
+
+    arch = DEFAULT_ARCH
+    for opt in target.split()[1:]:
+        if not opt.startswith("-mcpu="):
+            raise TensorlangError(f"build: the nvptx target takes -mcpu=sm_XX only, got "
+                                  f"{opt!r}")
+        arch = opt.split("=", 1)[1]
+    if not name.isidentifier():
+        raise TensorlangError(f"build: name must be a C identifier, got {name!r}")
+    with timed("build"):
+        lowered = lower(s, args, name, checks=checks)
+        kernel = NvptxKernel(name, lowered.buffers, lowered.params, lowered.body, arch)
+    return CudaModule(lowered, kernel)
+
+
 @deep
 def build(s: Schedule, args, target="llvm", name: str = "main", checks: bool = True) -> Module:
     """Lower `s` and compile it; `args` are the tensors (and tl.var sizes) of the signature.
@@ -245,8 +268,7 @@ def build(s: Schedule, args, target="llvm", name: str = "main", checks: bool = T
     if isinstance(target, str):
         kind = target.split()[0] if target.split() else ""
         if kind == "nvptx":
-            raise NotImplementedError("build: the nvptx target (PTX through LLVM) is not "
-                                      "implemented yet; target='cuda' emits CUDA C")
+            return _build_nvptx(s, args, target, name, checks)
     elif not isinstance(target, Target):
         raise TensorlangError(f"build: target must be a tl.Target or a string such as 'llvm' "
                               f"or 'aarch64', got {target!r}")

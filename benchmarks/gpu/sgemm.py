@@ -4,7 +4,9 @@ The steps are those of tutorials/06_cuda.py: one output per thread; 16 x 16 tile
 in shared memory; then the library schedule `tensorlang.schedule.gpu.matmul` (shared k-slices
 and a register tile per thread) in a few tile shapes. Kernel time only (CUDA events around
 the launches), median of `--reps` calls after two warm-ups; every result is checked against
-cuBLAS's. Usage: python benchmarks/gpu/sgemm.py [--size 4096] [--reps 5]
+cuBLAS's. Each step is built for both GPU targets: CUDA C through nvcc ("cuda") and PTX
+through LLVM's NVPTX backend ("nvptx").
+Usage: python benchmarks/gpu/sgemm.py [--size 4096] [--reps 5] [--target cuda|nvptx]
 """
 
 import argparse
@@ -72,6 +74,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", type=int, default=4096)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--target", choices=["cuda", "nvptx"], action="append")
     a = ap.parse_args()
     import pycuda.autoinit  # noqa: F401
     import torch
@@ -85,15 +88,17 @@ def main() -> None:
     ref = (tx @ ty).cpu().numpy()
     tt = torch_time(lambda: tx @ ty, reps=a.reps)
     flops = 2 * m ** 3 / 1e12
-    print(f"{'cuBLAS (torch.matmul)':52s} {flops / tt:6.1f} TFLOPS")
+    print(f"{'cuBLAS (torch.matmul)':60s} {flops / tt:6.1f} TFLOPS")
     for label, make in STEPS:
-        s, args = make()
-        f = tl.build(s, args, target="cuda")
-        t, dev = launch_time(f, [x, y, np.zeros((m, m), np.float32)],
-                             {"M": m, "N": m, "K": m}, reps=a.reps)
-        z = fetch(dev[2], np.zeros((m, m), np.float32))
-        np.testing.assert_allclose(z, ref, rtol=1e-3, atol=1e-2)
-        print(f"{label:52s} {flops / t:6.1f} TFLOPS   {tt / t:.3f} x cuBLAS")
+        for target in a.target or ["cuda", "nvptx"]:
+            s, args = make()
+            f = tl.build(s, args, target=target)
+            t, dev = launch_time(f, [x, y, np.zeros((m, m), np.float32)],
+                                 {"M": m, "N": m, "K": m}, reps=a.reps)
+            z = fetch(dev[2], np.zeros((m, m), np.float32))
+            np.testing.assert_allclose(z, ref, rtol=1e-3, atol=1e-2)
+            print(f"{label + ' [' + target + ']':60s} {flops / t:6.1f} TFLOPS   "
+                  f"{tt / t:.3f} x cuBLAS")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ from .node import GraphError, Node, topological_order
 from .ops import OPS
 
 _KERNELS: dict[tuple, tuple] = {}
+GPU_TARGETS = ("cuda", "nvptx")   # CUDA C through nvcc, or PTX through LLVM
+
 MAX_INPUTS = 64  # arrays one fused kernel reads
 
 
@@ -255,7 +257,7 @@ def compile_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "l
     def fresh():
         return tl.create_schedule(out)
     kind = "matmul" if anchor is not None else kinds[-1]
-    if target == "cuda":
+    if target in GPU_TARGETS:
         s = gpu_schedule(out, kind, fresh, anchor)
     else:
         s = default_schedule(out, kind, _work(tshapes[-1], shapes), fresh, anchor)
@@ -426,7 +428,7 @@ class _Plan:
         return list({i.id: i for m in group for i in m.inputs if i.id not in inside}.values())
 
     def _new(self, shape, dtype) -> int:
-        if self.target == "cuda":       # tensors stay on the device between kernels
+        if self.target in GPU_TARGETS:   # tensors stay on the device between kernels
             import pycuda.gpuarray as gpuarray
 
             self.arrays.append(gpuarray.zeros(shape, dtype))
@@ -435,7 +437,7 @@ class _Plan:
         return len(self.arrays) - 1
 
     def _set(self, slot: int, value: np.ndarray) -> None:
-        if self.target == "cuda":
+        if self.target in GPU_TARGETS:
             dst = self.arrays[slot]
             dst.set(np.ascontiguousarray(value, dst.dtype).reshape(dst.shape))
         else:
@@ -448,7 +450,8 @@ def _cuda_context() -> None:
         import pycuda.gpuarray  # noqa: F401
     except Exception as e:  # noqa: BLE001 (no pycuda, no driver or no device)
         raise tl.TensorlangError(
-            f"Executor(target='cuda') needs pycuda, a CUDA driver and a GPU ({e})") from None
+            f"Executor(target='cuda' or 'nvptx') needs pycuda, a CUDA driver and a GPU "
+            f"({e})") from None
 
 
 class Executor:
@@ -459,9 +462,10 @@ class Executor:
         self.outputs = list(nodes) if isinstance(nodes, (list, tuple)) else [nodes]
         if not self.outputs:
             raise GraphError("Executor: expected at least one node")
-        if target != "cuda" and not str(target).startswith("llvm"):
-            raise GraphError(f"Executor: target must be 'llvm' or 'cuda', got {target!r}")
-        if target == "cuda":
+        if target not in GPU_TARGETS and not str(target).startswith("llvm"):
+            raise GraphError(f"Executor: target must be 'llvm', 'cuda' or 'nvptx', got "
+                             f"{target!r}")
+        if target in GPU_TARGETS:
             _cuda_context()
         self.target = target
         self.order = topological_order(self.outputs)
@@ -515,7 +519,7 @@ class Executor:
                                  f"{', '.join(map(str, ins))})") from None
             dtypes[n.id] = n.dtype  # inferred when the node was made; feeds are checked
         return _Plan(self.order, shapes, dtypes, self.outputs,
-                     "cuda" if self.target == "cuda" else "llvm")
+                     self.target if self.target in GPU_TARGETS else "llvm")
 
     def run(self, feed_dict) -> list[np.ndarray]:
         feeds = self._feeds(feed_dict)
@@ -523,7 +527,7 @@ class Executor:
         plan = self._plans.get(sig)
         if plan is None:
             plan = self._plans[sig] = self._plan(feeds)
-        if plan.target == "cuda":
+        if plan.target in GPU_TARGETS:
             return self._run_cuda(plan, feeds)
         arrays = list(plan.arrays)
         for i in plan.fed:

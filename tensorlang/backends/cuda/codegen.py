@@ -15,7 +15,7 @@ minimum/maximum propagate NaN; float -> int saturates (NaN -> 0); float16 is sto
 
 A block's shared tile (`cache_read(..., "shared")` computed inside the thread loops) is a
 `__shared__` array; the barriers placed around its copy become `__syncthreads()` (two in a
-row wait once). Not yet: vector types and NVPTX.
+row wait once). `nvptx.py` writes the same launches as PTX through LLVM.
 """
 
 from __future__ import annotations
@@ -98,6 +98,10 @@ class Launch:
     params: list[Var] = field(default_factory=list)
     threads: int = 1                 # per block
     body: Stmt | None = None         # the kernel's loop nest as emitted (bound loops first)
+    bound: list[For] = field(default_factory=list)   # the bound loops, outermost first
+    inner: Stmt | None = None        # what each thread runs, inside the bound loops
+    shared: list[Buffer] = field(default_factory=list)
+    registers: list[Buffer] = field(default_factory=list)
 
 
 _INDEX_OPS = (Add, Sub, Mul, FloorDiv, FloorMod, Min, Max, Select, Cast, Var, Const,
@@ -130,7 +134,6 @@ class KernelWriter:
         self.lines: list[str] = []
         self.indent = 1
         self.names: dict[int, str] = {}
-        self.shared_bytes = 0
         self.registers: list[Buffer] = []   # per-thread arrays allocated so far
 
     def emit(self, text: str) -> None:
@@ -457,8 +460,11 @@ def _bound_below(s: Stmt, buf: Buffer) -> bool:
     return False
 
 
-def generate(name: str, buffers: list[Buffer], params: list[Var], body: Stmt):
-    """(CUDA C source, launches in order, the intermediate buffers the host allocates)."""
+def plan(name: str, buffers: list[Buffer], params: list[Var], body: Stmt):
+    """The launches of a kernel, target-independent (CUDA C and NVPTX write them): for each
+    top-level statement, its bound loops (the geometry), what each thread runs, its shared
+    and register arrays, and the buffers and sizes it takes. Also the intermediate buffers
+    the host allocates."""
     temps: list[Buffer] = []
     while isinstance(body, Allocate):
         temps.append(body.buffer)
@@ -466,24 +472,20 @@ def generate(name: str, buffers: list[Buffer], params: list[Var], body: Stmt):
     stmts = list(body.stmts) if isinstance(body, Seq) else [body]
     order = {id(b): k for k, b in enumerate(buffers + temps)}
     launches = []
-    sources = [PRELUDE, f"__device__ unsigned long long tl_error[{ERROR_RECORD_LEN}];", ""]
     for k, st in enumerate(stmts):
         launch = Launch(f"{name}_k{k}")
-        w = KernelWriter(launch.name, params)
         inner = st
-        bound: list[tuple[For, str]] = []
         while True:
             if isinstance(inner, For) and inner.kind in (LoopKind.GPU_BLOCK,
                                                          LoopKind.GPU_THREAD):
-                bound.append((inner, inner.thread_tag))
+                launch.bound.append(inner)
                 inner = inner.body
             elif isinstance(inner, Allocate) and _bound_below(inner.body, inner.buffer):
                 inner = inner.body  # compute_at under a bound loop allocates at each level;
             else:                   # the innermost allocation (one per thread) is the one
                 break
-        guards = []
-        for loop, tag in bound:
-            kind, dim = tag.split(".")
+        for loop in launch.bound:
+            kind, dim = loop.thread_tag.split(".")
             ext = loop.extent
             target = launch.grid if kind == "blockIdx" else launch.block
             if kind == "threadIdx" and not isinstance(ext, Const) and \
@@ -492,41 +494,30 @@ def generate(name: str, buffers: list[Buffer], params: list[Var], body: Stmt):
                 target[_DIM[dim]] = Const(loop.max_extent, ext.dtype)
             else:
                 target[_DIM[dim]] = ext
-            lo = "" if isinstance(loop.min, Const) and loop.min.value == 0 else \
-                f"{w.expr(loop.min)} + "
-            w.index_vars.add(loop.var.name)
-            w.emit(f"const tl_idx {loop.var.name} = {lo}(tl_idx){tag};")
-            guards.append(f"{loop.var.name} < {lo}{w.expr(ext)}")
-        if guards:
-            w.emit(f"if (!({' && '.join(guards)})) return;")
-        registers = [x.buffer for x in walk_stmt(inner)
-                     if isinstance(x, Allocate) and x.buffer.scope != "shared"]
+        launch.registers = [x.buffer for x in walk_stmt(inner)
+                            if isinstance(x, Allocate) and x.buffer.scope != "shared"]
         shared: dict[int, Buffer] = {}
         for x in walk_stmt(inner):
             if isinstance(x, Allocate) and x.buffer.scope == "shared":
                 shared.setdefault(id(x.buffer), x.buffer)
-        for b in shared.values():
-            w.emit(f"__shared__ {C_TYPES[b.dtype.name]} {b.name}[{_count(b)}];")
-            w.shared_bytes += _count(b) * b.dtype.itemsize
-        if w.shared_bytes > MAX_STATIC_SHARED:
+        launch.shared = list(shared.values())
+        nbytes = sum(_count(b) * b.dtype.itemsize for b in launch.shared)
+        if nbytes > MAX_STATIC_SHARED:
             raise ScheduleError(
-                f"cuda: kernel {launch.name} uses {w.shared_bytes} bytes of shared memory per "
-                f"block ({', '.join(b.name for b in shared.values())}); the limit is "
+                f"cuda: kernel {launch.name} uses {nbytes} bytes of shared memory per "
+                f"block ({', '.join(b.name for b in launch.shared)}); the limit is "
                 f"{MAX_STATIC_SHARED} (48 KiB of static shared memory): use smaller tiles")
-        inner = unswitch(_full_tiles(inner, registers),
-                         {lp.var.name for lp, tag in bound if tag.startswith("threadIdx")})
-        w.stmt(inner)
-        body = inner
-        for loop, _ in reversed(bound):
+        launch.inner = unswitch(_full_tiles(inner, launch.registers),
+                                {lp.var.name for lp in launch.bound
+                                 if lp.thread_tag.startswith("threadIdx")})
+        body = launch.inner
+        for loop in reversed(launch.bound):
             body = For(loop.var, loop.min, loop.extent, body, loop.kind, loop.thread_tag)
         launch.body = body
         bufs, names = _used(st)
         bufs.sort(key=lambda b: order.get(id(b), len(order)))
         launch.buffers = bufs
         launch.params = [p for p in params if p.name in names]
-        sig = [f"{C_TYPES[b.dtype.name]} *__restrict__ {b.name}" for b in bufs] + \
-              [f"long long {p.name}_" for p in launch.params]
-        w.lines[:0] = [f"  const tl_idx {p.name} = (tl_idx){p.name}_;" for p in launch.params]
         threads = 1
         for x in launch.block:
             if x is not None:
@@ -539,12 +530,36 @@ def generate(name: str, buffers: list[Buffer], params: list[Var], body: Stmt):
             raise ScheduleError(f"cuda: kernel {launch.name} launches {threads} threads per "
                                 "block; the limit is 1024")
         launch.threads = max(threads, 1)
-        bounds = f"__launch_bounds__({max(threads, 1)}) "
+        launches.append(launch)
+    return launches, temps
+
+
+def generate(name: str, buffers: list[Buffer], params: list[Var], body: Stmt):
+    """(CUDA C source, launches in order, the intermediate buffers the host allocates)."""
+    launches, temps = plan(name, buffers, params, body)
+    sources = [PRELUDE, f"__device__ unsigned long long tl_error[{ERROR_RECORD_LEN}];", ""]
+    for launch in launches:
+        w = KernelWriter(launch.name, params)
+        guards = []
+        for loop in launch.bound:
+            lo = "" if isinstance(loop.min, Const) and loop.min.value == 0 else \
+                f"{w.expr(loop.min)} + "
+            w.index_vars.add(loop.var.name)
+            w.emit(f"const tl_idx {loop.var.name} = {lo}(tl_idx){loop.thread_tag};")
+            guards.append(f"{loop.var.name} < {lo}{w.expr(loop.extent)}")
+        if guards:
+            w.emit(f"if (!({' && '.join(guards)})) return;")
+        for b in launch.shared:
+            w.emit(f"__shared__ {C_TYPES[b.dtype.name]} {b.name}[{_count(b)}];")
+        w.stmt(launch.inner)
+        sig = [f"{C_TYPES[b.dtype.name]} *__restrict__ {b.name}" for b in launch.buffers] + \
+              [f"long long {p.name}_" for p in launch.params]
+        w.lines[:0] = [f"  const tl_idx {p.name} = (tl_idx){p.name}_;" for p in launch.params]
+        bounds = f"__launch_bounds__({launch.threads}) "
         sources.append(f'extern "C" __global__ void {bounds}{launch.name}({", ".join(sig)}) {{')
         sources.extend(w.lines)
         sources.append("}")
         sources.append("")
-        launches.append(launch)
     return "\n".join(sources), launches, temps
 
 

@@ -14,7 +14,8 @@ from ...config import debug_print
 from ...errors import IndexBoundsError, ScheduleError, TensorlangError
 from ...ir.expr import Expr
 from ..runtime import size_value
-from .codegen import ERROR_RECORD_LEN, fits_int32, generate
+from .codegen import ERROR_RECORD_LEN, fits_int32, generate, plan
+from .nvptx import DEFAULT_ARCH, check_arch, compile_ptx
 
 
 def _eval(e: Expr, env: dict[str, int]) -> int:
@@ -48,7 +49,21 @@ def check_resources(launch, fn) -> None:
             f"{REGISTERS_PER_BLOCK}: use fewer threads per block or a smaller register tile")
 
 
+def _driver():
+    """pycuda's driver module, with a context on the first device."""
+    try:
+        import pycuda.autoinit  # noqa: F401  (a context on the first device)
+        import pycuda.driver as drv
+    except Exception as e:  # noqa: BLE001 (no pycuda, no driver or no device)
+        raise TensorlangError(
+            "calling a CUDA kernel needs pycuda, a CUDA driver and a GPU (pip install "
+            f"'tensorlang[cuda]'); building and get_source() do not ({e})") from None
+    return drv
+
+
 class CudaKernel:
+    source_format = "cu"
+
     def __init__(self, name: str, buffers, params, body):
         self.name = name
         self.buffers, self.params = list(buffers), list(params)
@@ -70,13 +85,9 @@ class CudaKernel:
 
     def _compiled(self, wide: bool = False):
         if wide not in self._modules:
-            try:
-                import pycuda.autoinit  # noqa: F401  (a context on the first device)
-                from pycuda.compiler import SourceModule
-            except Exception as e:  # noqa: BLE001 (no pycuda, no driver or no device)
-                raise TensorlangError(
-                    "calling a CUDA kernel needs pycuda, a CUDA driver and a GPU (pip install "
-                    f"'tensorlang[cuda]'); building and get_source() do not ({e})") from None
+            _driver()
+            from pycuda.compiler import SourceModule
+
             opts = ["-std=c++17"] + (["-DTL_INDEX_64"] if wide else [])
             mod = SourceModule(self.source, no_extern_c=True, options=opts)
             for launch in self.launches:
@@ -131,3 +142,35 @@ class CudaKernel:
                                    site.dim, int(rec[2]))
         for a, g in copies:
             drv.memcpy_dtoh(a, g)
+
+
+class NvptxKernel(CudaKernel):
+    """The same launches as PTX from LLVM's NVPTX backend (`nvptx.py`): loaded with the
+    driver's `cuModuleLoadData` (no nvcc, no CUDA C compiler at all)."""
+
+    source_format = "ptx"
+
+    def __init__(self, name: str, buffers, params, body, arch: str = DEFAULT_ARCH):
+        self.name = name
+        self.buffers, self.params = list(buffers), list(params)
+        self.arch = check_arch(arch)
+        self.launches, self.temps = plan(name, self.buffers, self.params, body)
+        self.source = compile_ptx(name, self.launches, self.arch)
+        self._modules = {}
+        self._wide = {}
+
+    def wide(self, env: dict[str, int]) -> bool:
+        return False         # 64-bit index arithmetic throughout
+
+    def _compiled(self, wide: bool = False):
+        if False not in self._modules:
+            drv = _driver()
+            try:
+                mod = drv.module_from_buffer(self.source.encode())
+            except drv.Error as e:
+                raise TensorlangError(f"nvptx: the driver could not load the PTX of kernel "
+                                      f"{self.name} ({e})") from None
+            for launch in self.launches:
+                check_resources(launch, mod.get_function(launch.name))
+            self._modules[False] = mod
+        return self._modules[False]

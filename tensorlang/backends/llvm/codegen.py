@@ -76,7 +76,7 @@ def error_record_name(kernel: str) -> str:
 
 class FunctionCodegen:
     def __init__(self, module: ir.Module, name: str, buffers: list[Buffer], params: list[Var],
-                 threads: int = 1, target=None):
+                 threads: int = 1, target=None, void: bool = False):
         self.module = module
         self.threads = threads
         # (float32 <-> float16, float64 -> float16) in one instruction; else integer IR
@@ -86,7 +86,9 @@ class FunctionCodegen:
         self.vec: VectorContext | None = None
         self.outlined = 0
         argtys = [memory_type(b.dtype).as_pointer() for b in buffers] + [I64] * len(params)
-        self.fn = ir.Function(module, ir.FunctionType(I32, argtys), name)
+        # a GPU kernel returns nothing; its status is its error record
+        self.fn = ir.Function(module, ir.FunctionType(ir.VoidType() if void else I32, argtys),
+                              name)
         self.ptrs: dict[int, ir.Value] = {}
         self.env: dict[str, ir.Value] = {}
         for b, a in zip(buffers, self.fn.args):
@@ -243,12 +245,7 @@ class FunctionCodegen:
     def fail_check(self, e: IndexCheck, idx: ir.Value, ext: ir.Value, pick) -> None:
         """Record the failure (the first one wins) and return STATUS_INDEX."""
         b = self.builder
-        rec = self.module.globals.get(error_record_name(self.kernel))
-        if rec is None:
-            t = ir.ArrayType(I64, ERROR_RECORD_LEN)
-            rec = ir.GlobalVariable(self.module, t, error_record_name(self.kernel))
-            rec.initializer = ir.Constant(t, None)
-            rec.align = 8
+        rec = self.error_record()
 
         def slot(k: int) -> ir.Value:
             return b.gep(rec, [ir.Constant(I32, 0), ir.Constant(I32, k)])
@@ -261,7 +258,24 @@ class FunctionCodegen:
             for k, p in enumerate(e.point[:ERROR_RECORD_LEN - 3]):
                 val = self.to_i64(pick(self.expr(p)), p.dtype)
                 b.store(val, slot(3 + k))
-        b.ret(ir.Constant(I32, STATUS_INDEX))
+        self.return_status(STATUS_INDEX)
+
+    def error_record(self) -> ir.GlobalVariable:
+        """The global [i64 x ERROR_RECORD_LEN] a failed index check writes."""
+        rec = self.module.globals.get(error_record_name(self.kernel))
+        if rec is None:
+            t = ir.ArrayType(I64, ERROR_RECORD_LEN)
+            rec = ir.GlobalVariable(self.module, t, error_record_name(self.kernel))
+            rec.initializer = ir.Constant(t, None)
+            rec.align = 8
+        return rec
+
+    def return_status(self, status: int) -> None:
+        """Leave the kernel with `status` (0: done)."""
+        if isinstance(self.fn.function_type.return_type, ir.VoidType):
+            self.builder.ret_void()
+        else:
+            self.builder.ret(ir.Constant(I32, status))
 
     def arith(self, e) -> ir.Value:
         x, y = self.expr(e.a), self.expr(e.b)
@@ -675,14 +689,14 @@ class FunctionCodegen:
         malloc = self._declare("malloc", ir.IntType(8).as_pointer(), [I64])
         raw = b.call(malloc, [b.add(size, ir.Constant(I64, 64))], name=f"{buf.name}.raw")
         with b.if_then(b.icmp_unsigned("==", raw, ir.Constant(raw.type, None)), likely=False):
-            b.ret(ir.Constant(I32, 1))
+            self.return_status(1)
         with self.allocated(buf, b.bitcast(raw, et.as_pointer(), name=buf.name)):
             self.stmt(s.body)
         free = self._declare("free", ir.VoidType(), [ir.IntType(8).as_pointer()])
         b.call(free, [raw])
 
     def finish(self) -> None:
-        self.builder.ret(ir.Constant(I32, 0))
+        self.return_status(0)
         with self.builder.goto_block(self.entry):
             self.builder.branch(self.fn.blocks[1])
 
