@@ -136,11 +136,16 @@ def _vector_reduce(s: tl.Schedule, lanes: int, parallel: bool) -> None:
             st.parallel(outer)
 
 
+GPU_ROW_MIN = 64   # a row (or reduction) this long gets a block of threads; shorter: one
+
+
 def gpu_schedule(out: tl.Tensor, kind: str, fresh, anchor: tl.Tensor | None = None):
     """The default GPU schedule of a group: a matmul (with its epilogue) tiled through
-    shared memory and registers (`schedule.gpu.matmul`), then every other stage at root
-    with one thread per output element. Never the declared nest: a kernel with no bound
-    loop would run on one GPU thread, so a refused primitive is an error here."""
+    shared memory and registers (`schedule.gpu.matmul`); a softmax or layer norm as one
+    kernel, a block per row (`schedule.gpu.rows`); a reduction across the threads of a
+    block (`schedule.gpu.reduce`); then every other stage at root with one thread per
+    output element. Never the declared nest: a kernel with no bound loop would run on one
+    GPU thread, so a refused primitive is an error here."""
     from ..schedule import gpu
 
     s = fresh()
@@ -151,6 +156,18 @@ def gpu_schedule(out: tl.Tensor, kind: str, fresh, anchor: tl.Tensor | None = No
             block = (min(64, _pow2(m)), min(64, _pow2(n)))
             thread = (min(4, block[0]), min(4, block[1]))
             gpu.matmul(s, mm, block, thread, 8, out=out)
+        if kind == "softmax" and len(out.shape) >= 2 and \
+                int(out.shape[-1].value) >= GPU_ROW_MIN:
+            gpu.rows(s, out, min(256, _pow2(int(out.shape[-1].value))))
+        if kind in ("softmax", "reduce"):
+            for st in list(s.stages):
+                if st.inlined or st.state.attach is not None or \
+                        len(st.op.reduce_axis) != 1 or \
+                        any(lp.thread_tag for lp in st.state.loops):
+                    continue
+                n = int(st.op.reduce_axis[0].extent.value)
+                if n >= GPU_ROW_MIN:
+                    gpu.reduce(s, st.op.output, min(256, _pow2(n)))
         gpu.bind_all(s)
     except ScheduleError as e:
         raise NotImplementedError(

@@ -298,6 +298,8 @@ def check_legality(primitive: str, stage: str, times: list[TimedStatement],
             carried = dep.rel.intersect(same_before).subtract(same_at)
             if carried.is_empty():
                 continue
+            if dep.reduction and lp.kind is LoopKind.GPU_THREAD:
+                continue    # a reduction across the block's threads (ir/gpu_block.py)
             what = {LoopKind.PARALLEL: "parallel", LoopKind.VECTORIZED: "vectorized"}.get(
                 lp.kind, "bound to a GPU index")
             if dep.reduction:

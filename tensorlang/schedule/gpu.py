@@ -8,11 +8,19 @@ step; each returns the loops it made so that callers can schedule further.
   classic SGEMM: a `block` tile of C per block, a `thread` tile per thread accumulated in
   registers (`cache_write(C, "local")`), the inputs' k-slices copied to shared memory
   (`cache_read(..., "shared")`, loaded by all the block's threads between two barriers).
+- `reduce(s, R)`: a reduction across the threads of a block (ir/gpu_block.py): along
+  memory, one block per output and its threads over the reduce axis; otherwise 32 outputs
+  per block (threadIdx.x) and 8 threads over the reduce axis (threadIdx.y).
+- `rows(s, T)`: a softmax- or layer-norm-shaped group in one kernel: one block per row of
+  `T`, the row's reductions computed in the block (`compute_at`) across its threads, then
+  the row's outputs spread over the same threads.
 """
 
 from __future__ import annotations
 
 from ..errors import ScheduleError
+from ..ir.expr import Load, Var
+from ..ir.visit import walk
 from ..te.tensor import Tensor
 
 
@@ -127,3 +135,81 @@ def bind_all(s, threads: int = 256) -> None:
             if n is None:
                 break
         elementwise(s, st.op.output, threads if n is None else max(1, min(threads, n)))
+
+
+def _along_memory(st, axis) -> bool:
+    """Whether `axis` is the last index of the stage's first tensor read."""
+    for x in walk(st.op.body):
+        if isinstance(x, Load) and x.indices:
+            last = x.indices[-1]
+            return isinstance(last, Var) and last.name == axis.var.name
+    return False
+
+
+def _const(x) -> bool:
+    return hasattr(x, "value")
+
+
+def reduce(s, R: Tensor, threads: int = 256, attached: bool = False):
+    """A reduction with one reduce axis, combined across the threads of a block (see the
+    module doc). With `attached`, the stage is already computed inside a block (`rows`):
+    only its reduce axis is spread over threadIdx.x. Returns the thread loop of the
+    reduction."""
+    threads = _int(threads, "threads")
+    st = s[R]
+    if len(st.op.reduce_axis) != 1:
+        raise ScheduleError(f"reduce: {R.name} must have one reduce axis, has "
+                            f"{len(st.op.reduce_axis)}")
+    (k,) = st.op.reduce_axis
+    axes = list(st.op.axis)
+    if attached or _along_memory(st, k) or not axes:
+        ko, ki = st.split(k, factor=threads)
+        if axes and not attached:
+            row = axes[0] if len(axes) == 1 else st.fuse(*axes)
+            st.reorder(row, ki, ko)
+            st.bind(row, "blockIdx.x")
+        else:
+            st.reorder(*axes, ki, ko)
+        st.bind(ki, "threadIdx.x")
+        return ki
+    if not all(_const(x) for x in R.shape[1:]):
+        raise ScheduleError(f"reduce: {R.name} needs constant inner extents")
+    out = axes[0] if len(axes) == 1 else st.fuse(*axes)
+    bo, bi = st.split(out, factor=32)
+    ko, ki = st.split(k, factor=8)
+    st.reorder(bo, bi, ki, ko)
+    st.bind(bo, "blockIdx.x")
+    st.bind(bi, "threadIdx.x")
+    st.bind(ki, "threadIdx.y")
+    return ki
+
+
+def rows(s, T: Tensor, threads: int = 256):
+    """One block per row of `T` (all axes but the last, fused), the row's outputs over
+    `threads` threads; every reduction `T` reads (directly or through inlined stages) whose
+    outputs are the row's (T's leading axes) and that reduces along memory is computed in
+    the block, across its threads. Returns the block loop."""
+    threads = _int(threads, "threads")
+    st = s[T]
+    axes = list(st.op.axis)
+    if len(axes) < 2:
+        raise ScheduleError(f"rows: {T.name} needs a row axis and a column axis")
+    row = axes[0] if len(axes) == 2 else st.fuse(*axes[:-1])
+    jo, ji = st.split(axes[-1], factor=threads)
+    st.reorder(row, ji, jo)
+    st.bind(row, "blockIdx.x")
+    st.bind(ji, "threadIdx.x")
+    lead = [str(x) for x in T.shape[:-1]]
+    found = []
+    for other in reversed(s.stages):     # readers before what they read
+        if other is st or other.inlined or other.state.attach is not None:
+            continue
+        r = other.op
+        if len(r.reduce_axis) != 1 or [str(x) for x in r.output.shape] != lead or \
+                not _along_memory(other, r.reduce_axis[0]):
+            continue
+        found.append(r.output)
+    for R in found:
+        s[R].compute_at(st, row)
+        reduce(s, R, threads, attached=True)
+    return row

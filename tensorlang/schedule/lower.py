@@ -13,6 +13,8 @@ from ..ir.expr import Expr, IndexCheck, Load, Var
 from ..ir.printer import expr_str, stmt_str
 from ..ir.stmt import Allocate, Buffer, Stmt, Store
 from ..ir.visit import map_expr, map_stmt, stmt_exprs, walk, walk_stmt
+from ..ir.gpu_block import has_gpu_loops
+from ..ir.gpu_block import prepare as prepare_blocks
 from ..polyhedral import BoundsViolation, generate_loops, timed_statements
 from ..polyhedral.checks import strip_index_checks
 from ..te.tensor import Tensor
@@ -146,6 +148,8 @@ def lower(s: Schedule, args, name: str = "main", checks: bool = True) -> Lowered
         allocs = [b for k, b in bufs.items()
                   if k not in arg_ids and k not in inputs and k in used]
         body = _replace_buffers(body, bufs)
+        if has_gpu_loops(body):     # reductions across threads, a block's phases
+            body = prepare_blocks(body)
         if not checks:
             body = map_stmt(body, strip_index_checks)
         for b in reversed(allocs):

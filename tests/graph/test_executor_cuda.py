@@ -85,3 +85,27 @@ def test_every_gpu_kernel_binds_its_loops():
         assert launch.threads > 1
     src = mod.get_source()
     assert "__shared__" in src and "__syncthreads" in src
+
+
+@pytest.mark.parametrize("build,shape", [
+    ("softmax", (3, 70)), ("softmax", (2, 3, 257)), ("layer_norm", (4, 100)),
+    ("row_sum", (5, 130)), ("batch_sum", (150, 40)), ("row_max", (2, 64)),
+])
+def test_reductions_run_across_the_threads_of_a_block(simulated, build, shape):
+    """Rows of 64 or more: softmax is one kernel, a block per row; sums and maxima (also
+    layer norm's means, which the executor does not fuse yet: issue 14) combine across
+    the threads of a block (tree in shared memory)."""
+    a = G.Variable("a", shape)
+    av = R.standard_normal(shape).astype("float32")
+    node = {"softmax": lambda: G.softmax(a), "layer_norm": lambda: G.layer_norm(a),
+            "row_sum": lambda: G.sum(a, axis=-1), "batch_sum": lambda: G.sum(a, axis=0),
+            "row_max": lambda: G.max(a, axis=1)}[build]()
+    _both([node], {a: av})
+    ex = G.Executor([node], target="cuda")
+    ex.run({a: av})
+    (plan,) = ex._plans.values()
+    kernels = [st.kernel for st in plan.steps]
+    if build == "softmax":
+        assert len(kernels) == 1
+    text = "\n".join(str(k.lowered) for k in kernels)
+    assert "_red = allocate" in text and "sync_threads()" in text   # a tree across threads

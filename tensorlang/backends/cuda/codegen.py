@@ -102,6 +102,8 @@ class Launch:
     inner: Stmt | None = None        # what each thread runs, inside the bound loops
     shared: list[Buffer] = field(default_factory=list)
     registers: list[Buffer] = field(default_factory=list)
+    # conditions around bound loops: (how many bound loops are outside it, condition)
+    conds: list[tuple[int, Expr]] = field(default_factory=list)
 
 
 _INDEX_OPS = (Add, Sub, Mul, FloorDiv, FloorMod, Min, Max, Select, Cast, Var, Const,
@@ -460,6 +462,17 @@ def _bound_below(s: Stmt, buf: Buffer) -> bool:
     return False
 
 
+def _launch_invariant(cond: Expr, bound: list[For], params: list[Var]) -> bool:
+    names = {p.name for p in params} | {lp.var.name for lp in bound}
+    return all(x.name in names for x in walk(cond) if isinstance(x, Var))
+
+
+def _binds_below(s: Stmt) -> bool:
+    while isinstance(s, (Allocate, If)) and not (isinstance(s, If) and s.else_body):
+        s = s.body if isinstance(s, Allocate) else s.then_body
+    return isinstance(s, For) and s.kind in (LoopKind.GPU_BLOCK, LoopKind.GPU_THREAD)
+
+
 def plan(name: str, buffers: list[Buffer], params: list[Var], body: Stmt):
     """The launches of a kernel, target-independent (CUDA C and NVPTX write them): for each
     top-level statement, its bound loops (the geometry), what each thread runs, its shared
@@ -480,6 +493,13 @@ def plan(name: str, buffers: list[Buffer], params: list[Var], body: Stmt):
                                                          LoopKind.GPU_THREAD):
                 launch.bound.append(inner)
                 inner = inner.body
+            elif isinstance(inner, If) and inner.else_body is None and \
+                    _launch_invariant(inner.cond, launch.bound, params) and \
+                    _binds_below(inner.then_body):
+                # a condition on the sizes (or on the blocks) around bound loops: every
+                # thread tests it and leaves, as for the loops' own guards
+                launch.conds.append((len(launch.bound), inner.cond))
+                inner = inner.then_body
             elif isinstance(inner, Allocate) and _bound_below(inner.body, inner.buffer):
                 inner = inner.body  # compute_at under a bound loop allocates at each level;
             else:                   # the innermost allocation (one per thread) is the one
@@ -511,8 +531,13 @@ def plan(name: str, buffers: list[Buffer], params: list[Var], body: Stmt):
                                 {lp.var.name for lp in launch.bound
                                  if lp.thread_tag.startswith("threadIdx")})
         body = launch.inner
-        for loop in reversed(launch.bound):
-            body = For(loop.var, loop.min, loop.extent, body, loop.kind, loop.thread_tag)
+        for k in range(len(launch.bound), -1, -1):
+            for at, cond in reversed(launch.conds):
+                if at == k:
+                    body = If(cond, body)
+            if k:
+                loop = launch.bound[k - 1]
+                body = For(loop.var, loop.min, loop.extent, body, loop.kind, loop.thread_tag)
         launch.body = body
         bufs, names = _used(st)
         bufs.sort(key=lambda b: order.get(id(b), len(order)))
@@ -547,6 +572,7 @@ def generate(name: str, buffers: list[Buffer], params: list[Var], body: Stmt):
             w.index_vars.add(loop.var.name)
             w.emit(f"const tl_idx {loop.var.name} = {lo}(tl_idx){loop.thread_tag};")
             guards.append(f"{loop.var.name} < {lo}{w.expr(loop.extent)}")
+        guards += [f"({w.expr(c)})" for _, c in launch.conds]
         if guards:
             w.emit(f"if (!({' && '.join(guards)})) return;")
         for b in launch.shared:

@@ -172,6 +172,9 @@ def emit_launch(module: ir.Module, launch: Launch) -> PtxCodegen:
         ok = b.icmp_signed("<", v, b.add(lo, cg.to_i64(cg.expr(loop.extent),
                                                        loop.extent.dtype)))
         inside = ok if inside is None else b.and_(inside, ok)
+    for _, cond in launch.conds:
+        ok = cg.expr(cond)
+        inside = ok if inside is None else b.and_(inside, ok)
     if inside is not None:
         with b.if_then(b.not_(inside), likely=False):
             cg.return_status(0)
