@@ -537,7 +537,8 @@ class FunctionCodegen:
             return
         if isinstance(s.extent, Const) and s.kind is LoopKind.VECTORIZED and s.extent.value > 1:
             check_vector_body(s.body)
-            self.vec = VectorContext(s.var.name, int(s.extent.value), lo)
+            self.vec = VectorContext(s.var.name, int(s.extent.value), lo, starts_at_zero=(
+                isinstance(s.min, Const) and int(s.min.value) == 0))
             try:
                 self.stmt(s.body)
             finally:

@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 from llvmlite import ir
 
 from ...errors import TensorlangError
-from ...ir.expr import Add, Cast, Const, Expr, IndexCheck, Load, Mul, Sub, Var
+from ...ir.expr import (
+    Add, Cast, Const, Expr, FloorDiv, FloorMod, IndexCheck, Load, Mul, Sub, Var, binary,
+)
 from ...ir.stmt import Let, Store
-from ...ir.visit import substitute, walk
+from ...ir.visit import map_expr, substitute, walk
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 
@@ -65,6 +67,52 @@ def linear_coeff(e: Expr, var: str) -> int | None:
     return 0
 
 
+def _terms(e: Expr) -> list[Expr]:
+    if isinstance(e, Add):
+        return _terms(e.a) + _terms(e.b)
+    return [e]
+
+
+def _multiple_of(e: Expr, m: int) -> bool:
+    """Whether the integer `e` is a multiple of `m` for every value of its variables."""
+    if isinstance(e, Const):
+        return int(e.value) % m == 0
+    if isinstance(e, Add):
+        return _multiple_of(e.a, m) and _multiple_of(e.b, m)
+    if isinstance(e, Mul):
+        return _multiple_of(e.a, m) or _multiple_of(e.b, m)
+    return False
+
+
+def lane_divmod(e: Expr, var: str, lanes: int) -> Expr:
+    """`e` with each `(r + var) // c` and `(r + var) % c` over the lanes of a vector loop
+    that starts at 0 written as `r // c` and `r % c + var`, where `c` is a multiple of the
+    lane count and `r` (free of `var`) a multiple of it too: the lanes' values r .. r +
+    lanes - 1 then lie in one block of c, so the quotient is the same in every lane and the
+    remainder grows by 1. (A packed buffer's index, `B_packed[j // 32, k, j % 32]`, becomes
+    one vector load instead of a gather.)"""
+    def fn(x: Expr) -> Expr | None:
+        if not isinstance(x, (FloorDiv, FloorMod)) or not isinstance(x.b, Const):
+            return None
+        c = int(x.b.value)
+        if c <= 0 or c % lanes:
+            return None
+        terms = _terms(x.a)
+        mine = [t for t in terms if isinstance(t, Var) and t.name == var]
+        rest = [t for t in terms if not (isinstance(t, Var) and t.name == var)]
+        if len(mine) != 1 or not rest or \
+                any(isinstance(v, Var) and v.name == var for t in rest for v in walk(t)) or \
+                not all(_multiple_of(t, lanes) for t in rest):
+            return None
+        r = rest[0]
+        for t in rest[1:]:
+            r = binary(Add, r, t)
+        if isinstance(x, FloorDiv):
+            return binary(FloorDiv, r, x.b)
+        return binary(Add, binary(FloorMod, r, x.b), mine[0])
+    return map_expr(e, fn)
+
+
 @dataclass
 class VectorContext:
     var: str
@@ -73,6 +121,7 @@ class VectorContext:
     vals: dict[str, ir.Value] = field(default_factory=dict)   # Let variables: vectors
     lets: dict[str, Expr] = field(default_factory=dict)        # ... and their definitions
     mask: ir.Value | None = None                         # lanes that are on (None: all)
+    starts_at_zero: bool = False                         # the loop's first iteration is 0
 
     def iota(self, cg) -> ir.Value:
         steps = ir.Constant(ir.VectorType(I64, self.lanes), list(range(self.lanes)))
@@ -102,6 +151,8 @@ class VectorContext:
         (the last index grows by 1, or an earlier one whose inner extents are all 1, as
         in an rfactor buffer of shape [16, 1])."""
         idx = tuple(self._expand(i) for i in indices)
+        if self.starts_at_zero:
+            idx = tuple(lane_divmod(i, self.var, self.lanes) for i in idx)
         cs = [linear_coeff(i, self.var) for i in idx]
         if all(c == 0 for c in cs):
             return "uniform", idx
