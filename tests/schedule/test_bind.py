@@ -52,14 +52,24 @@ def test_bound_loop_carrying_a_dependence_is_refused_with_a_witness():
     assert dst["i"] == src["i"] + 1
 
 
-def test_reduction_axis_cannot_be_bound_without_rfactor():
+def test_reduction_axis_needs_rfactor_on_blocks_and_reduces_across_threads():
+    import numpy as np
+
+    from tensorlang.ir.interp import run_lowered
+
     n = tl.var("n")
     A = tl.placeholder((n, 64), name="A")
     k = tl.reduce_axis(64, name="k")
     S = tl.compute((n,), lambda i: tl.sum(A[i, k], axis=k), name="S")
     s = tl.create_schedule(S)
     with pytest.raises(tl.IllegalScheduleError, match="rfactor"):
-        s[S].bind(k, "threadIdx.x")
+        s[S].bind(k, "blockIdx.x")
+    s[S].bind(k, "threadIdx.x")            # a reduction across the threads of a block
+    s[S].bind(S.op.axis[0], "blockIdx.x")
+    a = np.random.default_rng(0).standard_normal((3, 64)).astype(np.float32)
+    out = np.zeros(3, np.float32)
+    run_lowered(tl.lower(s, [A, S]), [a, out])
+    np.testing.assert_allclose(out, a.sum(1), rtol=1e-5)
 
 
 def test_cpu_targets_refuse_bound_loops():

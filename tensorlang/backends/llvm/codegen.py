@@ -20,6 +20,7 @@ from ...ir.expr import (
     IndexCheck, Load, Max, Min, Mul, Not, Or, Select, Sub, Var,
 )
 from ...ir.stmt import Allocate, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store
+from ...ir.unswitch import unswitch
 from ...ir.visit import stmt_exprs, walk, walk_stmt
 from .half import f16_to_f32, f32_to_f16, f64_to_f16, native_conversions
 from .vector import VectorContext, check_vector_body, type_suffix
@@ -27,6 +28,8 @@ from .vmath import exp_f32
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 STACK_LIMIT = 16 * 1024  # bytes; larger or symbolic allocations go to the heap
+REGISTER_ARRAY_BYTES = 2048   # a local array this small is a register tile (see `loop`)
+MAX_GUARDED_UNROLL = 16       # its partial loops up to this bound are unrolled, guarded
 
 
 def llvm_type(d: DType) -> ir.Type:
@@ -103,6 +106,7 @@ class FunctionCodegen:
         self.heap: list[ir.Value] = []
         self.kernel = name
         self.check_guard: ir.Value | None = None  # i1: some vector lane is on (scalar reads)
+        self.registers: list[Buffer] = []    # small local arrays SROA can keep in registers
 
     def ty(self, d: DType) -> ir.Type:
         """The LLVM type of a value of dtype `d`: a vector inside a vectorized loop."""
@@ -544,12 +548,47 @@ class FunctionCodegen:
             finally:
                 self.vec = None
             return
+        bound = int(s.extent.value) if isinstance(s.extent, Const) else s.max_extent
+        if bound is not None and bound <= MAX_GUARDED_UNROLL and \
+                s.kind in (LoopKind.SERIAL, LoopKind.UNROLLED) and \
+                self._indexes_registers(s):
+            # a loop whose variable indexes a register array (a partial tile, a tile's
+            # copy-out): unrolled to isl's bound, each iteration guarded, so that every
+            # index into the array is a constant and SROA keeps it in registers (one
+            # dynamic index would put the whole tile in memory: 4x slower matmuls)
+            hi = b.add(lo, self.to_i64(self.expr(s.extent), s.extent.dtype))
+            for k in range(bound):
+                i = b.add(lo, ir.Constant(I64, k))
+                if isinstance(s.extent, Const):
+                    with self.bound(s.var.name, i):
+                        self.stmt(s.body)
+                    continue
+                with b.if_then(b.icmp_signed("<", i, hi)):
+                    with self.bound(s.var.name, i):
+                        self.stmt(s.body)
+            return
         if s.kind is LoopKind.PARALLEL and not self.in_parallel and \
                 (self.threads > 1 or self.threads == AOT_THREADS):
             self.parallel_loop(s, lo)
             return
         hi = b.add(lo, self.to_i64(self.expr(s.extent), s.extent.dtype))
         self.serial_loop(s.var.name, lo, hi, s.body)
+
+    def _indexes_registers(self, s: For) -> bool:
+        """Whether the loop's variable appears in an index of a register array."""
+        if not self.registers:
+            return False
+        regs = {id(r) for r in self.registers}
+        for st in walk_stmt(s.body):
+            accesses = [x for e in stmt_exprs(st) for x in walk(e) if isinstance(x, Load)]
+            if isinstance(st, Store):
+                accesses.append(st)
+            for x in accesses:
+                if id(x.buffer) in regs and any(
+                        isinstance(v, Var) and v.name == s.var.name
+                        for i in x.indices for v in walk(i)):
+                    return True
+        return False
 
     @contextlib.contextmanager
     def bound(self, name: str, value: ir.Value):
@@ -630,6 +669,7 @@ class FunctionCodegen:
         sub.module, sub.threads, sub.in_parallel, sub.vec = self.module, self.threads, True, None
         sub.fp_flags, sub.half_native = self.fp_flags, self.half_native
         sub.kernel, sub.check_guard = self.kernel, None
+        sub.registers = list(self.registers)
         sub.fn, sub.ptrs, sub.env, sub.heap = fn, {}, {}, []
         sub.entry = fn.append_basic_block("entry")
         sub.builder = ir.IRBuilder(fn.append_basic_block("body"))
@@ -680,6 +720,8 @@ class FunctionCodegen:
             with b.goto_block(self.entry):
                 ptr = b.alloca(et, max(count, 1), name=buf.name)
                 ptr.align = 64
+            if count * buf.dtype.itemsize <= REGISTER_ARRAY_BYTES:
+                self.registers.append(buf)
             with self.allocated(buf, ptr):
                 self.stmt(s.body)
             return
@@ -712,6 +754,6 @@ def emit_function(module: ir.Module, name: str, buffers, params, body: Stmt,
         b = cg.builder
         with b.if_then(cg.expr(refuse), likely=False):
             b.ret(ir.Constant(I32, 2))
-    cg.stmt(body)
+    cg.stmt(unswitch(body))     # partial-tile tests out of the k loop of a matmul
     cg.finish()
     return cg.fn
