@@ -260,3 +260,23 @@ def test_layer_norm_schedules_are_not_refused(monkeypatch, capsys):
     want = (xv - xv.mean(-1, keepdims=True)) / np.sqrt(xv.var(-1, keepdims=True) + 1e-5)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     assert "was refused" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("shape_a,shape_b,tb", [((130, 200), (200, 150), False),
+                                                ((3, 90, 90), (90, 100), False),
+                                                ((2, 80, 100), (2, 150, 100), True)])
+def test_large_matmuls_read_B_packed_in_panels(shape_a, shape_b, tb):
+    """Above PACK_MIN_FLOPS the executor's matmul copies B into panels of the tile's width
+    (one contiguous run per k); results stay numpy's, batched and transposed too."""
+    members = (("matmul", (("ta", False), ("tb", tb)), (("in", 0), ("in", 1))),)
+    mod, _ = executor.compile_group(members, (shape_a, shape_b), ("float32", "float32"))
+    assert "_packed" in str(mod.lowered)
+    a, b = G.Variable("a", shape_a, "float32"), G.Variable("b", shape_b, "float32")
+    av = R.standard_normal(shape_a).astype("f4")
+    bv = R.standard_normal(shape_b).astype("f4")
+    (got,) = G.Executor([G.make("matmul", (a, b), ta=False, tb=tb)]).run({a: av, b: bv})
+    want = av @ (np.swapaxes(bv, -1, -2) if tb else bv)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    small = executor.compile_group(members, ((7, 13), (13, 5)) if not tb else
+                                   ((7, 13), (5, 13)), ("float32", "float32"))[0]
+    assert "_packed" not in str(small.lowered)
