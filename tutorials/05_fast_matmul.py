@@ -1,0 +1,155 @@
+"""Tutorial 05: a fast matmul on the CPU, one schedule primitive at a time.
+
+The lecture's path from the declared loop nest to the speed of a BLAS: tile for the caches,
+vectorise the inner loop, keep a tile of C in registers (cache_write + compute_at), read B
+in packed panels, and run the row tiles in parallel. Each step prints its GFLOPS beside
+numpy's (OpenBLAS), measured when the tutorial runs on this machine, and what `tl.analyze`
+counts for one step of the k loop: the elements of A and B it reads against the flops it
+does — the reuse that each step buys. At the end, the inner loop's machine code: on an
+AVX-512 machine, 512-bit FMAs (`vfmadd231ps ... %zmm`) with one operand broadcast from A.
+
+Every step is checked against numpy; every schedule is checked by isl before it runs.
+Run: python tutorials/05_fast_matmul.py   (TL_TUTORIAL_N=1024 for another size)
+"""
+
+import os
+import time
+
+import numpy as np
+
+import tensorlang as tl
+
+N = int(os.environ.get("TL_TUTORIAL_N", 512))
+HOST = tl.Target.parse("llvm")
+LANES = HOST.vector_lanes("float32")      # 16 with AVX-512, 8 with AVX2, 4 with NEON
+
+
+def declare():
+    A = tl.placeholder((N, N), name="A")
+    B = tl.placeholder((N, N), name="B")
+    k = tl.reduce_axis((0, N), name="k")
+    C = tl.compute((N, N), lambda i, j: tl.sum(A[i, k] * B[k, j], axis=k), name="C")
+    return A, B, C
+
+
+def naive():
+    A, B, C = declare()
+    return tl.create_schedule(C), [A, B, C]
+
+
+def tiled():
+    """32 x 32 tiles of C; for each, the k loop runs over the tile (A's rows and B's
+    columns of the tile stay in cache), with j innermost (B read along its rows)."""
+    s, (A, B, C) = naive()
+    i, j = C.op.axis
+    (k,) = C.op.reduce_axis
+    io, jo, ii, ji = s[C].tile(i, j, 32, 32)
+    s[C].reorder(io, jo, k, ii, ji)
+    return s, [A, B, C]
+
+
+def vectorized():
+    """The same, with the inner j loop as one vector instruction per LANES columns."""
+    s, (A, B, C) = tiled()
+    ji = s[C].leaf_iter_vars[-1]
+    _, jv = s[C].split(ji, factor=LANES)
+    s[C].vectorize(jv)
+    return s, [A, B, C]
+
+
+def register_tile(pack=False, parallel=False, rows=4, vectors=4):
+    """A rows x (vectors * LANES) tile of C accumulated in registers over the whole k
+    loop: cache_write gives the tile a local buffer, compute_at places it in the tile's
+    loop, unroll + vectorize make it rows * vectors vector registers."""
+    A, B, C = declare()
+    s = tl.create_schedule(C)
+    BP = s.pack(B, 1, vectors * LANES) if pack else None   # B_packed[j // w, k, j % w]
+    CL = s.cache_write(C, "local")
+    i, j = s[C].op.axis
+    io, jo, ii, ji = s[C].tile(i, j, rows, vectors * LANES)
+    s[C].vectorize(s[C].split(ji, factor=LANES)[1])
+    s[CL].compute_at(s[C], jo)
+    li, lj = s[CL].op.axis
+    (lk,) = s[CL].op.reduce_axis
+    ljo, lji = s[CL].split(lj, factor=LANES)
+    s[CL].reorder(lk, li, ljo, lji)
+    s[CL].unroll(li)
+    s[CL].unroll(ljo)
+    s[CL].vectorize(lji)
+    if pack:
+        s[BP].vectorize(s[BP].split(s[BP].op.axis[-1], factor=LANES)[1])
+        if parallel:
+            s[BP].parallel(s[BP].op.axis[0])
+    if parallel:
+        s[C].parallel(io)
+    return s, [A, B, C]
+
+
+STEPS = [
+    ("declared loop nest (i, j, k)", naive),
+    ("32x32 tiles, k outside the tile", tiled),
+    (f"+ inner j vectorised ({LANES} lanes)", vectorized),
+    ("+ 4 x 4-vector register tile of C", register_tile),
+    ("+ B packed in panels", lambda: register_tile(pack=True)),
+    ("+ row tiles in parallel", lambda: register_tile(pack=True, parallel=True)),
+]
+
+
+def best_time(fn, reps=3):
+    fn()
+    out = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return min(out)
+
+
+def k_step(s, args):
+    """Elements of A, B and C moved (read or written) by one iteration of the k loop, and
+    its flops. C_local is the register tile: not memory."""
+    r = tl.analyze(s, args)
+    for st in r.stages:
+        for lv in st.levels:
+            if lv.loop == "k":
+                moved = sum(v for t, v in lv.per_iteration.items()
+                            if not t.endswith("_local"))
+                if st.name == "C":      # the accumulator is read and written
+                    moved += lv.per_iteration.get("C", 0)
+                flops = st.flops // lv.iterations if lv.iterations else 0
+                return int(moved), flops
+    return None, None
+
+
+def main():
+    rng = np.random.default_rng(0)
+    a = rng.random((N, N), dtype=np.float32)
+    b = rng.random((N, N), dtype=np.float32)
+    want = a @ b
+    flop = 2 * N ** 3
+    t_np = best_time(lambda: np.matmul(a, b))
+    print(f"matmul {N}^3 float32 on {HOST.cpu}, {LANES} float lanes per vector")
+    print(f"{'numpy (OpenBLAS)':40s} {flop / t_np / 1e9:8.1f} GFLOPS")
+    last = None
+    for label, make in STEPS:
+        s, args = make()
+        f = tl.build(s, args)
+        c = np.zeros((N, N), np.float32)
+        f(a, b, c)
+        np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
+        t = best_time(lambda f=f, c=c: f(a, b, c), reps=1 if make is naive else 3)
+        reads, flops = k_step(s, args)
+        per = f"   one k step: {reads} elements moved, {flops} flops" if reads else ""
+        print(f"{label:40s} {flop / t / 1e9:8.1f} GFLOPS  ({t_np / t:5.2f} x numpy){per}")
+        last = f
+    asm = last.get_source("asm")
+    blocks = asm.split("\n.LBB")
+    hot = max(blocks, key=lambda x: x.count("vfmadd"))
+    fma = [ln.strip() for ln in hot.splitlines() if "vfmadd" in ln]
+    print(f"\nthe innermost loop: {len(fma)} FMAs, e.g. {fma[0] if fma else '(none)'}")
+    print("\n".join(ln for ln in hot.splitlines()[1:12]))
+    print("OK")
+
+
+if __name__ == "__main__":
+    main()
