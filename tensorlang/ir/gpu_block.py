@@ -33,6 +33,7 @@ from .stmt import Allocate, Barrier, Buffer, For, If, Let, LoopKind, Seq, Stmt, 
 from .visit import free_vars, map_expr, map_stmt, substitute, walk_stmt
 
 INT64 = as_dtype("int64")
+WARP = 32
 
 _COMBINE = (Add, Mul, Max, Min)
 
@@ -43,8 +44,70 @@ def has_gpu_loops(s: Stmt) -> bool:
 
 
 def prepare(body: Stmt) -> Stmt:
-    """Both rewrites, in order."""
-    return merge_phases(allreduce(body))
+    """Both rewrites, in order; then warp barriers only where warps are whole."""
+    return _warps_whole(merge_phases(allreduce(body)))
+
+
+def _thread_extents(s: Stmt) -> dict[str, int | None]:
+    out: dict[str, int | None] = {}
+    for x in walk_stmt(s):
+        if isinstance(x, For) and x.kind is LoopKind.GPU_THREAD:
+            n = _extent(x)
+            out[x.thread_tag] = None if n is None or out.get(x.thread_tag, 0) is None \
+                else max(out.get(x.thread_tag, 0), n)
+    return out
+
+
+def _warps_whole(s: Stmt) -> Stmt:
+    """A warp barrier orders the 32 consecutive threads of a warp. The tree's last levels
+    pair threads x < 32 of one (y, z): one warp when the block is one-dimensional, or when
+    its x extent is a multiple of 32. Elsewhere they become block barriers."""
+    def fix(x: Stmt) -> Stmt:
+        ext = _thread_extents(x)
+        others = [t for t in ext if t != "threadIdx.x" and ext[t] != 1]
+        xs = ext.get("threadIdx.x")
+        if not others or (xs is not None and xs % WARP == 0):
+            return x
+        return _block_barriers(x) if _has_warp(x) else x
+
+    def go(x: Stmt) -> Stmt:
+        if isinstance(x, For) and x.kind is LoopKind.GPU_BLOCK:
+            return For(x.var, x.min, x.extent, go(x.body), x.kind, x.thread_tag,
+                       x.max_extent)
+        if isinstance(x, For) and x.kind is LoopKind.GPU_THREAD:
+            return fix(x)
+        if isinstance(x, Seq):
+            return Seq(tuple(go(y) for y in x.stmts))
+        if isinstance(x, If):
+            return If(x.cond, go(x.then_body), None if x.else_body is None
+                      else go(x.else_body))
+        if isinstance(x, Let):
+            return Let(x.var, x.value, go(x.body))
+        if isinstance(x, Allocate):
+            return Allocate(x.buffer, go(x.body))
+        return x
+    return go(s)
+
+
+def _has_warp(s: Stmt) -> bool:
+    return any(isinstance(x, Barrier) and x.scope == "warp" for x in walk_stmt(s))
+
+
+def _block_barriers(s: Stmt) -> Stmt:
+    if isinstance(s, Barrier):
+        return Barrier()
+    if isinstance(s, Seq):
+        return Seq(tuple(_block_barriers(x) for x in s.stmts))
+    if isinstance(s, For):
+        return For(s.var, s.min, s.extent, _block_barriers(s.body), s.kind, s.thread_tag,
+                   s.max_extent)
+    if isinstance(s, If):
+        return If(s.cond, _block_barriers(s.then_body), None if s.else_body is None
+                  else _block_barriers(s.else_body))
+    if isinstance(s, (Let, Allocate)):
+        return type(s)(s.var if isinstance(s, Let) else s.buffer,
+                       *((s.value,) if isinstance(s, Let) else ()), _block_barriers(s.body))
+    return s
 
 
 # ------------------------------------------------------------------ buffers and guards
@@ -228,6 +291,10 @@ def _reduce_loop(loop: For, outer: list[For]) -> Stmt:
     if not (isinstance(loop.extent, Const) and int(loop.extent.value) == T):
         body = If(compare(LT, pos, loop.extent), body)
     tree: list[Stmt] = [Store(red, row + (pos,), Load(acc, (zero,), d)), Barrier()]
+    # the last levels (32 partial values or fewer) are within warp 0 when the reduction
+    # runs along threadIdx.x in whole warps: a warp barrier suffices (checked again once
+    # the block's thread nest is known: `_warps_whole`)
+    warps = loop.thread_tag == "threadIdx.x" and T % WARP == 0
     cur = T
     while cur > 1:
         half = (cur + 1) // 2
@@ -235,7 +302,7 @@ def _reduce_loop(loop: For, outer: list[For]) -> Stmt:
         other = Load(red, row + (pos + const(half, "int64"),), d)
         tree.append(If(compare(LT, pos, const(cur - half, "int64")),
                        Store(red, row + (pos,), _combine(op, mine, other))))
-        tree.append(Barrier())
+        tree.append(Barrier("warp" if warps and half <= WARP else "block"))
         cur = half
     out = Load(buf, indices, d)
     tree.append(If(compare(EQ, pos, zero),

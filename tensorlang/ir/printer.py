@@ -100,7 +100,7 @@ def _stmt(s: Stmt, indent: int, out: list[str]) -> None:
         out.append(f"{pad}{b.name} = allocate({b.dtype}, [{shape}], {b.scope!r})")
         _stmt(s.body, indent, out)
     elif isinstance(s, Barrier):
-        out.append(f"{pad}sync_threads()")
+        out.append(f"{pad}sync_warp()" if s.scope == "warp" else f"{pad}sync_threads()")
     else:
         out.append(f"{pad}<{type(s).__name__}>")
 

@@ -90,7 +90,15 @@ class Let(Stmt):
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Barrier(Stmt):
     """Every thread of a GPU block waits here until all have arrived, and their earlier
-    writes (shared and global memory) are visible to all (CUDA's `__syncthreads()`)."""
+    writes (shared and global memory) are visible to all (CUDA's `__syncthreads()`).
+    scope="warp": the same among the 32 threads of each warp only (`__syncwarp()`)."""
+
+    scope: str = "block"
+
+    def joins(self, prev: Stmt | None) -> bool:
+        """Whether this barrier adds nothing right after `prev` (a barrier at least as
+        wide)."""
+        return isinstance(prev, Barrier) and (prev.scope == "block" or self.scope == "warp")
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)

@@ -118,7 +118,20 @@ def test_the_tree_works_for_any_thread_count():
                  x.kind is LoopKind.GPU_THREAD]
         assert [int(x.extent.value) for x in loops] == [threads]
         # a barrier after the partial sums are stored, after each level, after the result
-        assert sum(isinstance(x, Barrier) for x in walk_stmt(body)) == levels + 3
+        bars = [x for x in walk_stmt(body) if isinstance(x, Barrier)]
+        assert len(bars) == levels + 3
+        # levels of 32 values or fewer are within warp 0: __syncwarp when the threads are
+        # whole warps along threadIdx.x
+        warp = sum(x.scope == "warp" for x in bars)
+        assert warp == (6 if threads == 64 else 0)
+
+
+def test_warp_barriers_only_where_warps_are_whole():
+    s, args, _ = row_reduce("sum", 64)
+    assert "__syncwarp();" in tl.build(s, args, target="cuda").get_source()
+    assert "bar.warp.sync" in tl.build(s, args, target="nvptx").get_source()
+    s, args, _ = column_sum()           # the tree runs along threadIdx.y: block barriers
+    assert "__syncwarp" not in tl.build(s, args, target="cuda").get_source()
 
 
 def test_what_cannot_run_across_threads_is_refused():

@@ -300,11 +300,11 @@ class KernelWriter:
         if isinstance(s, Seq):
             prev = None
             for x in s.stmts:
-                if not (isinstance(x, Barrier) and isinstance(prev, Barrier)):
+                if not (isinstance(x, Barrier) and x.joins(prev)):
                     self.stmt(x)    # two barriers in a row wait as one
                 prev = x
         elif isinstance(s, Barrier):
-            self.emit("__syncthreads();")
+            self.emit("__syncwarp();" if s.scope == "warp" else "__syncthreads();")
         elif isinstance(s, Store):
             self.emit_checks(s)
             v = self.expr(s.value)

@@ -86,9 +86,12 @@ class PtxCodegen(FunctionCodegen):
         if isinstance(s, Seq):
             prev = None
             for x in s.stmts:
-                if not (isinstance(x, Barrier) and isinstance(prev, Barrier)):
+                if not (isinstance(x, Barrier) and x.joins(prev)):
                     self.stmt(x)    # two barriers in a row wait as one
                 prev = x
+        elif isinstance(s, Barrier) and s.scope == "warp":
+            sync = self._declare("llvm.nvvm.bar.warp.sync", ir.VoidType(), [I32])
+            self.builder.call(sync, [ir.Constant(I32, -1)])
         elif isinstance(s, Barrier):
             self.builder.call(self._declare("llvm.nvvm.barrier0", ir.VoidType(), []), [])
         else:
