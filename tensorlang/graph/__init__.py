@@ -18,3 +18,4 @@ from .autodiff import gradients, jvp  # noqa: F401
 from .executor import Executor  # noqa: F401
 from .node import Graph, GraphError, Node, topological_order  # noqa: F401
 from .ops import OPS  # noqa: F401
+from .rewrite import optimize  # noqa: F401

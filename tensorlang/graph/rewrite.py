@@ -1,0 +1,260 @@
+"""Graph rewrites: rules as small match functions, rule sets as data, and a driver that
+records which rule fired where (`G.optimize`, `rewrite`).
+
+A rule takes one node (whose inputs are already rewritten) and returns the node that
+replaces it, or None. The driver walks the graph inputs-first, applies the rules of the
+chosen passes to each node until none fires, merges structurally equal nodes (CSE) and
+keeps only what the outputs need (DCE: unreachable nodes are never rebuilt).
+`TL_DEBUG=1` prints every rule that fires.
+
+Every default rule is exact in IEEE arithmetic, for every input including ±0, ±inf and NaN:
+
+- `fold`: an op whose inputs are all constants becomes a constant (numpy's reference of
+  the op; results up to `FOLD_MAX_ELEMENTS` elements, so that a broadcast is not
+  materialised).
+- `algebra`: x * 1, x / 1, x ** 1, x - (+0.0), x + (-0.0) → x (same shape and dtype only:
+  a neutral element that broadcasts x is kept); -(-x) → x; x + x → 2 * x and 2 * x + x →
+  3 * x (exact: doubling is exact, and 3x is rounded once either way); transpose of
+  transpose → one transpose (or none); reshape of reshape → one reshape;
+  matmul(transpose(a), b) → matmul(a, b, ta=True) (the same products summed in the same
+  order). Not done, because they are not exact: x + 0.0 → x (-0.0 + 0.0 is +0.0) and
+  x * 0 → 0 (inf * 0 and NaN * 0 are NaN; the graph layer has no integer dtypes, where it
+  would hold).
+- `cse`: nodes with the same op, inputs and attributes (constants: the same bytes) are one.
+
+Opt-in, since it changes rounding: `reassociate` (the lecture's constant propagation,
+c1 + (x + c2) → x + (c1 + c2)); pass it explicitly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..config import debug_print
+from .node import GraphError, Node, topological_order
+from .ops import OPS
+
+FOLD_MAX_ELEMENTS = 1 << 16
+MAX_REWRITES_PER_NODE = 32
+
+
+@dataclass(frozen=True)
+class Fired:
+    """One application of a rule: to which node, and what replaced it."""
+
+    rule: str
+    node: str
+    into: str
+
+    def __str__(self) -> str:
+        return f"{self.rule}: {self.node} -> {self.into}"
+
+
+# ------------------------------------------------------------------------------ helpers
+def _const(n: Node) -> np.ndarray | None:
+    return n.attr("value").array if n.op == "constant" else None
+
+
+def _all(n: Node, value: float) -> bool:
+    """A constant whose every element is `value` (the sign of zero included)."""
+    a = _const(n)
+    if a is None or a.size == 0:
+        return False
+    return bool(np.all(a == value) and np.all(np.signbit(a) == np.signbit(value)))
+
+
+def _same_type(x: Node, like: Node) -> bool:
+    return x.shape == like.shape and x.dtype == like.dtype
+
+
+def _make(op: str, inputs, like: Node | None = None, **attrs) -> Node:
+    from .api import make
+
+    out = make(op, inputs, **attrs)
+    if like is not None and (out.shape != like.shape or out.dtype != like.dtype):
+        raise GraphError(f"internal: rewrite of {like.name} changed its type")
+    return out
+
+
+def _constant(array: np.ndarray, dtype: str, name: str) -> Node:
+    from .api import constant
+
+    return constant(np.asarray(array).astype(dtype), dtype, name=name)
+
+
+# -------------------------------------------------------------------------------- rules
+def rule_fold_constants(n: Node) -> Node | None:
+    if n.op in ("variable", "constant") or not n.inputs or OPS[n.op].reference is None:
+        return None
+    arrays = [_const(i) for i in n.inputs]
+    if any(a is None for a in arrays) or n.shape is None:
+        return None
+    if int(np.prod(n.shape, dtype=np.int64)) > FOLD_MAX_ELEMENTS:
+        return None
+    with np.errstate(all="ignore"):
+        value = OPS[n.op].reference(*arrays, **n.kwargs)
+    return _constant(value, n.dtype, f"{n.name}_folded")
+
+
+def rule_neutral_element(n: Node) -> Node | None:
+    if len(n.inputs) != 2:
+        return None
+    a, b = n.inputs
+    if n.op == "mul":
+        for x, c in ((a, b), (b, a)):
+            if _all(c, 1.0) and _same_type(x, n):
+                return x
+    if n.op in ("div", "power") and _all(b, 1.0) and _same_type(a, n):
+        return a
+    if n.op == "sub" and _all(b, 0.0) and _same_type(a, n):
+        return a                                     # x - (+0.0) == x, -0.0 included
+    if n.op == "add":
+        for x, c in ((a, b), (b, a)):
+            if _all(c, -0.0) and _same_type(x, n):
+                return x                             # x + (-0.0) == x; not x + (+0.0)
+    return None
+
+
+def rule_double_negation(n: Node) -> Node | None:
+    if n.op == "neg" and n.inputs[0].op == "neg":
+        return n.inputs[0].inputs[0]
+    return None
+
+
+def rule_add_self(n: Node) -> Node | None:
+    """x + x -> 2 * x; 2 * x + x (or x + 2 * x) -> 3 * x."""
+    if n.op != "add":
+        return None
+    a, b = n.inputs
+    if a is b and _same_type(a, n):
+        return _make("mul", (_constant(2.0, n.dtype, f"{n.name}_two"), a), n)
+    for m, x in ((a, b), (b, a)):
+        if m.op == "mul" and _same_type(x, n) and _same_type(m, n):
+            c, y = m.inputs
+            if y is x and _all(c, 2.0) and c.shape == ():
+                return _make("mul", (_constant(3.0, n.dtype, f"{n.name}_three"), x), n)
+    return None
+
+
+def rule_transpose_transpose(n: Node) -> Node | None:
+    if n.op != "transpose" or n.inputs[0].op != "transpose":
+        return None
+    inner = n.inputs[0]
+    x = inner.inputs[0]
+    nd = len(x.shape)
+    p1 = inner.attr("axes") or tuple(reversed(range(nd)))
+    p2 = n.attr("axes") or tuple(reversed(range(nd)))
+    p = tuple(p1[k] for k in p2)
+    if p == tuple(range(nd)):
+        return x
+    return _make("transpose", (x,), n, axes=p)
+
+
+def rule_reshape_reshape(n: Node) -> Node | None:
+    if n.op == "reshape" and n.inputs[0].op == "reshape":
+        return _make("reshape", (n.inputs[0].inputs[0],), n, shape=n.shape)
+    return None
+
+
+def rule_matmul_transposed_operand(n: Node) -> Node | None:
+    """matmul(transpose(a), b): the matmul reads a transposed (ta=True) instead."""
+    if n.op != "matmul":
+        return None
+    a, b = n.inputs
+    for k, (t, flag) in enumerate(((a, "ta"), (b, "tb"))):
+        if t.op != "transpose" or t.shape is None:
+            continue
+        nd = len(t.shape)
+        axes = t.attr("axes") or tuple(reversed(range(nd)))
+        if nd < 2 or tuple(axes) != tuple(range(nd - 2)) + (nd - 1, nd - 2):
+            continue        # only a swap of the last two axes is a transposed operand
+        ins = [a, b]
+        ins[k] = t.inputs[0]
+        attrs = n.kwargs
+        attrs[flag] = not attrs.get(flag, False)
+        return _make("matmul", tuple(ins), n, **attrs)
+    return None
+
+
+def rule_reassociate_constants(n: Node) -> Node | None:
+    """c1 + (x + c2) -> x + (c1 + c2): NOT exact in floating point (opt-in)."""
+    if n.op != "add":
+        return None
+    for c1, inner in (n.inputs, tuple(reversed(n.inputs))):
+        if _const(c1) is None or inner.op != "add":
+            continue
+        for x, c2 in (inner.inputs, tuple(reversed(inner.inputs))):
+            if _const(c2) is not None and _const(x) is None:
+                folded = _constant(_const(c1) + _const(c2), n.dtype, f"{n.name}_c")
+                out = _make("add", (x, folded))
+                return out if _same_type(out, n) else None
+    return None
+
+
+PASSES: dict[str, tuple[Callable[[Node], Node | None], ...]] = {
+    "fold": (rule_fold_constants,),
+    "algebra": (rule_neutral_element, rule_double_negation, rule_add_self,
+                rule_transpose_transpose, rule_reshape_reshape,
+                rule_matmul_transposed_operand),
+    "cse": (),                  # the driver's table of structural keys
+    "reassociate": (rule_reassociate_constants,),
+}
+DEFAULT_PASSES = ("fold", "algebra", "cse")
+
+
+# ------------------------------------------------------------------------------- driver
+def _key(n: Node):
+    if n.op == "variable":
+        return ("variable", n.id)             # two variables are never one
+    return (n.op, tuple(i.id for i in n.inputs), n.attrs, n.shape, n.dtype)
+
+
+def rewrite(outputs, passes=DEFAULT_PASSES) -> tuple[list[Node], list[Fired]]:
+    """The outputs after the passes' rules (see the module doc), and what fired."""
+    outputs = list(outputs)
+    unknown = [p for p in passes if p not in PASSES]
+    if unknown:
+        raise GraphError(f"optimize: unknown passes {unknown}; the passes are "
+                         f"{sorted(PASSES)}")
+    rules = [r for p in passes for r in PASSES[p]]
+    cse = "cse" in passes
+    fired: list[Fired] = []
+    new: dict[int, Node] = {}
+    table: dict[object, Node] = {}
+    for n in topological_order(outputs):
+        ins = tuple(new[i.id] for i in n.inputs)
+        m = n if all(x is y for x, y in zip(ins, n.inputs)) else \
+            Node(n.op, ins, n.kwargs, n.shape, n.dtype, n.name)
+        for _ in range(MAX_REWRITES_PER_NODE):
+            for rule in rules:
+                r = rule(m)
+                if r is not None and r is not m:
+                    fired.append(Fired(rule.__name__.removeprefix("rule_"), m.name, r.name))
+                    m = r
+                    break
+            else:
+                break
+        if cse:
+            k = _key(m)
+            if k in table and table[k] is not m:
+                fired.append(Fired("cse", m.name, table[k].name))
+                m = table[k]
+            else:
+                table[k] = m
+        new[n.id] = m
+    for f in fired:
+        debug_print(1, f"optimize: {f}")
+    return [new[o.id] for o in outputs], fired
+
+
+def optimize(nodes, passes=None):
+    """Equivalent nodes after graph rewrites (`passes`: names from `PASSES`; default the
+    exact ones, DEFAULT_PASSES). A node gives a node, a list or tuple a list."""
+    single = isinstance(nodes, Node)
+    outs, _ = rewrite([nodes] if single else list(nodes),
+                      DEFAULT_PASSES if passes is None else tuple(passes))
+    return outs[0] if single else outs
+

@@ -1,0 +1,196 @@
+"""G.optimize: every default rule is exact (bit for bit, with ±0, ±inf and NaN inputs), its
+effect on the node count is what it says, and the rules that are not exact are not applied
+by default (graph/rewrite.py)."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tensorlang.graph as G
+from tensorlang.graph.rewrite import DEFAULT_PASSES, PASSES
+from tensorlang.graph.node import topological_order
+from tensorlang.graph.ops import OPS
+
+SPECIAL = np.array([0.0, -0.0, 1.0, -1.5, np.inf, -np.inf, np.nan, 3e38, 1e-45],
+                   dtype=np.float32)
+
+
+def evaluate(outputs, feed):
+    """numpy's reference of every op (the graph's semantics)."""
+    vals = {}
+    with np.errstate(all="ignore"):
+        for n in topological_order(outputs):
+            if n.op == "variable":
+                vals[n.id] = feed[n.name]
+            elif n.op == "constant":
+                vals[n.id] = n.attr("value").array
+            else:
+                vals[n.id] = np.asarray(OPS[n.op].reference(*[vals[i.id] for i in n.inputs],
+                                                            **n.kwargs)).astype(n.dtype)
+    return [vals[o.id] for o in outputs]
+
+
+def same(a, b):
+    """Equal bit for bit (the sign of zero included), NaN payloads aside."""
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.shape == b.shape and a.dtype == b.dtype
+    nan = np.isnan(a)
+    assert np.array_equal(nan, np.isnan(b))
+    bits = np.uint32 if a.dtype == np.float32 else np.uint64
+    assert np.array_equal(a[~nan].view(bits), b[~nan].view(bits))
+
+
+def count(outputs):
+    return len(topological_order(list(outputs)))
+
+
+def _check(outs, feed, passes=None):
+    new = G.optimize(outs, passes)
+    for x, y in zip(evaluate(outs, feed), evaluate(new, feed)):
+        same(x, y)
+    return new
+
+
+X = G.Variable("x", (9,))
+FEED = {"x": SPECIAL}
+
+
+@pytest.mark.parametrize("build,removed", [
+    (lambda: X * 1.0, 2), (lambda: 1.0 * X, 2), (lambda: X / 1.0, 2), (lambda: X ** 1.0, 2),
+    (lambda: X - 0.0, 2), (lambda: X + (-0.0), 2), (lambda: G.neg(G.neg(X)), 2),
+])
+def test_neutral_elements_are_removed_exactly(build, removed):
+    out = build()
+    new = _check([out], FEED)
+    assert count([out]) - count(new) == removed and new[0] is X
+
+
+@pytest.mark.parametrize("build", [lambda: X + 0.0, lambda: X * 0.0, lambda: 0.0 * X,
+                                   lambda: X - (-0.0)])
+def test_rules_that_are_not_exact_are_not_applied(build):
+    out = build()
+    new = _check([out], FEED)
+    assert count(new) == count([out])      # -0.0 + 0.0 is +0.0; inf * 0 is NaN
+
+
+def test_a_neutral_element_that_broadcasts_is_kept():
+    x = G.Variable("x", (3, 1))
+    out = x * G.constant(np.ones((3, 4), "float32"))
+    (new,) = G.optimize([out])
+    assert new.shape == (3, 4) and new.op == "mul"
+
+
+def test_x_plus_x_is_two_x_and_then_three_x():
+    out = X + X
+    (new,) = _check([out], FEED)
+    assert new.op == "mul" and new.inputs[1] is X
+    out = (X + X) + X
+    (new,) = _check([out], FEED)
+    assert new.op == "mul" and float(new.inputs[0].attr("value").array) == 3.0
+    # exact: 3 * x rounds once, as 2x + x does (2x is exact)
+    xs = np.random.default_rng(0).standard_normal(1000).astype(np.float32) * 1e30
+    y = G.Variable("x", (1000,))
+    o2 = (y + y) + y
+    same(evaluate([o2], {"x": xs})[0], evaluate(G.optimize([o2]), {"x": xs})[0])
+
+
+def test_constants_fold_and_large_broadcasts_do_not():
+    c = G.constant(2.0, "float32") * G.constant(3.0, "float32") + G.exp(G.constant(0.0))
+    (new,) = _check([c + X], FEED)
+    assert count([new]) == 3                  # x, the folded constant, the add
+    big = G.broadcast_to(G.constant(1.0, "float32"), (300, 300))
+    (nb,) = G.optimize([big])
+    assert nb.op == "broadcast_to"           # 90,000 elements: not materialised
+
+
+def test_cse_merges_equal_nodes_only():
+    a, b = G.Variable("a", (4,)), G.Variable("b", (4,))
+    outs = [G.exp(a) + G.exp(a), G.exp(b), G.sum(G.exp(a), axis=0), G.sum(G.exp(a))]
+    new = G.optimize(outs, ["cse"])
+    exps = {n.id for n in topological_order(new) if n.op == "exp"}
+    assert len(exps) == 2                    # exp(a) once, exp(b) once
+    sums = [n for n in topological_order(new) if n.op == "sum"]
+    assert len(sums) == 2                    # different axis attributes: not merged
+    # two variables with the same name and shape are different inputs
+    c1, c2 = G.Variable("c", (4,)), G.Variable("c", (4,))
+    assert len({n.id for n in topological_order(G.optimize([c1 + c2], ["cse"]))}) == 3
+    # equal constants are one
+    k = G.optimize([G.constant(np.ones(3, "float32")) + G.constant(np.ones(3, "float32"))],
+                   ["cse"])
+    assert k[0].inputs[0] is k[0].inputs[1]
+
+
+def test_transposes_cancel_and_fold_into_matmul():
+    a, b = G.Variable("a", (2, 5, 3)), G.Variable("b", (2, 5, 4))
+    out = G.matmul(G.transpose(a, (0, 2, 1)), b)
+    (new,) = G.optimize([out])
+    assert new.op == "matmul" and new.attr("ta") is True and new.inputs[0] is a
+    feed = {"a": np.random.default_rng(1).standard_normal((2, 5, 3)).astype("f4"),
+            "b": np.random.default_rng(2).standard_normal((2, 5, 4)).astype("f4")}
+    np.testing.assert_allclose(evaluate([new], feed)[0], evaluate([out], feed)[0], rtol=1e-6)
+    got = G.Executor([new]).run({a: feed["a"], b: feed["b"]})[0]
+    np.testing.assert_allclose(got, evaluate([out], feed)[0], rtol=1e-5, atol=1e-5)
+    tt = G.transpose(G.transpose(a, (1, 2, 0)), (2, 0, 1))
+    assert G.optimize(tt) is a
+
+
+def test_reassociation_is_opt_in():
+    out = G.constant(1.0, "float32") + (X + G.constant(2.0, "float32"))
+    assert count(G.optimize([out])) == count([out])
+    new = G.optimize([out], ["fold", "reassociate"])
+    assert count(new) == 3                   # x + 3.0
+    assert float(new[0].inputs[1].attr("value").array) == 3.0
+    with pytest.raises(G.GraphError, match="unknown passes"):
+        G.optimize([out], ["fastmath"])
+
+
+def test_debug_output_names_each_rule(monkeypatch, capsys):
+    monkeypatch.setenv("TL_DEBUG", "1")
+    G.optimize([X * 1.0 + X * 1.0])
+    err = capsys.readouterr().err
+    assert "neutral_element" in err and "add_self" in err
+
+
+_OPS = ["add", "sub", "mul", "div", "neg", "exp", "tanh", "transpose"]
+
+
+@st.composite
+def graphs(draw):
+    """Random graphs over two variables and constants (special values included)."""
+    xs = [G.Variable("p", (3, 3)), G.Variable("q", (3, 3))]
+    pool = list(xs)
+    for _ in range(draw(st.integers(1, 8))):
+        op = draw(st.sampled_from(_OPS))
+        a = draw(st.sampled_from(pool))
+        if op in ("neg", "exp", "tanh"):
+            pool.append(G.make(op, (a,)))
+        elif op == "transpose":
+            pool.append(G.transpose(a))
+        else:
+            if draw(st.booleans()):
+                b = draw(st.sampled_from(pool))
+            else:
+                b = G.constant(np.float32(draw(st.sampled_from(
+                    [0.0, -0.0, 1.0, 2.0, np.inf, np.nan]))), "float32")
+            pool.append(G.make(op, (a, b) if draw(st.booleans()) else (b, a)))
+    return pool[-1]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs(), st.integers(0, 2 ** 31))
+def test_random_graphs_keep_their_values_bit_for_bit(out, seed):
+    rng = np.random.default_rng(seed)
+    vals = np.concatenate([SPECIAL, rng.standard_normal(9).astype(np.float32)])
+    feed = {"p": rng.choice(vals, (3, 3)).astype(np.float32),
+            "q": rng.choice(vals, (3, 3)).astype(np.float32)}
+    new = G.optimize([out])
+    same(evaluate([out], feed)[0], evaluate(new, feed)[0])
+    ops = [n for n in topological_order(new) if n.op not in ("variable", "constant")]
+    assert len(ops) <= len([n for n in topological_order([out])
+                            if n.op not in ("variable", "constant")])
+
+
+def test_passes_are_data():
+    assert set(DEFAULT_PASSES) <= set(PASSES)
+    assert all(r.__name__.startswith("rule_") for p in PASSES.values() for r in p)
