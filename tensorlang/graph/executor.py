@@ -484,6 +484,18 @@ def _cuda_context() -> None:
             f"({e})") from None
 
 
+@dataclass(frozen=True)
+class Kernel:
+    """One compiled kernel of a plan: the module and the graph nodes it computes (a fused
+    group: the last node's value is what it stores)."""
+
+    module: object
+    nodes: tuple
+
+    def __repr__(self) -> str:
+        return f"Kernel({self.module.name}: {', '.join(n.name for n in self.nodes)})"
+
+
 class Executor:
     """Compiles and runs the graph that computes `nodes`; `run(feed_dict)` returns their
     values (numpy arrays) in order."""
@@ -501,6 +513,15 @@ class Executor:
         self.order = topological_order(self.outputs)
         self.variables = [n for n in self.order if n.op == "variable"]
         self._plans: dict[tuple, _Plan] = {}
+        self._last: _Plan | None = None
+
+    @property
+    def kernels(self) -> list[Kernel]:
+        """The compiled kernels of the last run's plan, in launch order, each with the
+        graph nodes it computes (empty before the first run)."""
+        if self._last is None:
+            return []
+        return [Kernel(st.kernel, tuple(st.nodes)) for st in self._last.steps]
 
     def _feeds(self, feed_dict) -> dict[int, np.ndarray]:
         if not isinstance(feed_dict, dict):
@@ -557,6 +578,7 @@ class Executor:
         plan = self._plans.get(sig)
         if plan is None:
             plan = self._plans[sig] = self._plan(feeds)
+        self._last = plan
         if plan.target in GPU_TARGETS:
             return self._run_cuda(plan, feeds)
         arrays = list(plan.arrays)

@@ -194,3 +194,16 @@ def test_random_graphs_keep_their_values_bit_for_bit(out, seed):
 def test_passes_are_data():
     assert set(DEFAULT_PASSES) <= set(PASSES)
     assert all(r.__name__.startswith("rule_") for p in PASSES.values() for r in p)
+
+
+def test_executor_lists_its_kernels_with_their_nodes():
+    a, b = G.Variable("a", (4, 5)), G.Variable("b", (5, 3))
+    mm = a @ b
+    out = G.relu(mm) + 1.0
+    ex = G.Executor([out, G.softmax(a)])
+    assert ex.kernels == []
+    ex.run({a: np.ones((4, 5), "f4"), b: np.ones((5, 3), "f4")})
+    first, second = ex.kernels
+    assert first.nodes[0] is mm and first.nodes[-1] is out   # the epilogue is fused
+    assert [n.op for n in second.nodes] == ["softmax"]
+    assert "relu" in first.module.name
