@@ -12,7 +12,7 @@ from .api import (  # noqa: F401
     Variable, add, avg_pool2d, batch_norm, broadcast_to, concat, constant, conv2d, cos, div,
     equal, exp, layer_norm, log, log_softmax, make, matmul, max, max_pool2d, mean, mse_loss,
     mul, neg, power, relu, reshape, sigmoid, sin, softmax, softmax_cross_entropy, sqrt, sub,
-    sum, tanh, transpose, zeros_like,
+    slice, sum, tanh, transpose, zeros_like,
 )
 from .autodiff import gradients, jvp  # noqa: F401
 from .executor import Executor  # noqa: F401

@@ -172,6 +172,11 @@ def concat(xs, axis: int = 0):
     return make("concat", tuple(xs), axis=int(axis))
 
 
+def slice(x, axis: int, start: int, stop: int):  # noqa: A001
+    """x's elements start .. stop - 1 along `axis` (numpy's x[..., start:stop, ...])."""
+    return make("slice", (x,), axis=int(axis), start=int(start), stop=int(stop))
+
+
 # ------------------------------------------------------------------- linear algebra, nn
 def matmul(a, b):
     """Batched matrix product (numpy's matmul for 2-D and higher operands)."""

@@ -389,6 +389,44 @@ register_op("concat_part", _part_ref,
             _part_te)
 
 
+# ============================================================ slice
+def _slice_shape(x, axis, start, stop):
+    ax = S.axes(axis, len(x))[0]
+    if not 0 <= start < stop <= x[ax]:
+        raise ValueError(f"slice [{start}, {stop}) is not inside axis {ax} of extent {x[ax]}")
+    return tuple(stop - start if d == ax else e for d, e in enumerate(x))
+
+
+def _slice_te(ts, shapes, out, axis, start, stop):
+    ax = S.axes(axis, len(out))[0]
+    return tl.compute(out, lambda *i: ts[0][tuple(i[d] + start if d == ax else i[d]
+                                                  for d in range(len(out)))],
+                      name="out"), "elementwise"
+
+
+def _slice_grad(g, n):
+    """The adjoint of a slice: g where the slice was, zeros around it."""
+    x = n.inputs[0]
+    ax = S.axes(n.attr("axis"), len(x.shape))[0]
+    start, stop = n.attr("start"), n.attr("stop")
+    parts = []
+    for lo, hi in ((0, start), (stop, x.shape[ax])):
+        if hi > lo:
+            shape = tuple(hi - lo if d == ax else e for d, e in enumerate(x.shape))
+            parts.append((lo, _g().broadcast_to(_g().constant(0.0, x.dtype), shape)))
+    parts.append((start, g))
+    parts.sort(key=lambda p: p[0])
+    return [parts[0][1] if len(parts) == 1 else _g().concat([p for _, p in parts], ax)]
+
+
+register_op("slice", lambda x, axis, start, stop: np.take(x, range(start, stop), axis=axis),
+            _slice_shape, _slice_grad,
+            lambda n, t: None if t[0] is None else _g().make(
+                "slice", (t[0],), axis=n.attr("axis"), start=n.attr("start"),
+                stop=n.attr("stop")),
+            _slice_te)
+
+
 # ============================================================ matmul
 def _mm_ref(a, b, ta, tb):
     return np.matmul(np.swapaxes(a, -1, -2) if ta else a, np.swapaxes(b, -1, -2) if tb else b)

@@ -23,7 +23,9 @@ Every default rule is exact in IEEE arithmetic, for every input including ±0, �
 - `cse`: nodes with the same op, inputs and attributes (constants: the same bytes) are one.
 
 Opt-in, since it changes rounding: `reassociate` (the lecture's constant propagation,
-c1 + (x + c2) → x + (c1 + c2)); pass it explicitly.
+c1 + (x + c2) → x + (c1 + c2)); pass it explicitly. Opt-in for now: `merge_matmul`
+(merged QKV: matmuls of one input by constant weights become one matmul and slices; exact
+in tensorlang's kernels, see `merge_matmuls`).
 """
 
 from __future__ import annotations
@@ -194,6 +196,50 @@ def rule_reassociate_constants(n: Node) -> Node | None:
     return None
 
 
+def merge_matmuls(outputs: list[Node]) -> tuple[list[Node], list[Fired]]:
+    """Matmuls that read one input with different constant weights of one row count
+    (attention's Q, K and V projections) become one matmul on the weights concatenated
+    along their columns, and a slice of its columns each. Each output element is still
+    the same k-sum in the same order in tensorlang's kernels; BLAS may block the wider
+    product differently."""
+    order = topological_order(outputs)
+    groups: dict[tuple, list[Node]] = {}
+    for n in order:
+        if n.op != "matmul" or n.shape is None or n.attr("tb") or len(n.inputs) != 2:
+            continue
+        a, w = n.inputs
+        if _const(w) is None or _const(w).ndim != 2:
+            continue
+        groups.setdefault((a.id, bool(n.attr("ta")), w.shape[0], n.dtype), []).append(n)
+    merged: dict[int, tuple[list[Node], int]] = {}
+    for members in groups.values():
+        if len(members) > 1:
+            for k, m in enumerate(members):
+                merged[m.id] = (members, k)
+    fired: list[Fired] = []
+    new: dict[int, Node] = {}
+    built: dict[int, Node] = {}
+    for n in order:
+        if n.id in merged:
+            members, k = merged[n.id]
+            key = members[0].id
+            if key not in built:
+                w = np.concatenate([_const(m.inputs[1]) for m in members], axis=1)
+                a = new[members[0].inputs[0].id]
+                built[key] = _make("matmul", (a, _constant(w, n.dtype, f"{n.name}_wcat")),
+                                   ta=bool(n.attr("ta")), tb=False)
+            off = sum(m.shape[-1] for m in members[:k])
+            out = _make("slice", (built[key],), n, axis=len(n.shape) - 1, start=off,
+                        stop=off + n.shape[-1])
+            fired.append(Fired("merge_matmul", n.name, out.name))
+            new[n.id] = out
+            continue
+        ins = tuple(new[i.id] for i in n.inputs)
+        new[n.id] = n if all(x is y for x, y in zip(ins, n.inputs)) else \
+            Node(n.op, ins, n.kwargs, n.shape, n.dtype, n.name)
+    return [new[o.id] for o in outputs], fired
+
+
 PASSES: dict[str, tuple[Callable[[Node], Node | None], ...]] = {
     "fold": (rule_fold_constants,),
     "algebra": (rule_neutral_element, rule_double_negation, rule_add_self,
@@ -201,6 +247,7 @@ PASSES: dict[str, tuple[Callable[[Node], Node | None], ...]] = {
                 rule_matmul_transposed_operand),
     "cse": (),                  # the driver's table of structural keys
     "reassociate": (rule_reassociate_constants,),
+    "merge_matmul": (),         # a whole-graph pass: merge_matmuls
 }
 DEFAULT_PASSES = ("fold", "algebra", "cse")
 
@@ -222,6 +269,8 @@ def rewrite(outputs, passes=DEFAULT_PASSES) -> tuple[list[Node], list[Fired]]:
     rules = [r for p in passes for r in PASSES[p]]
     cse = "cse" in passes
     fired: list[Fired] = []
+    if "merge_matmul" in passes:
+        outputs, fired = merge_matmuls(outputs)
     new: dict[int, Node] = {}
     table: dict[object, Node] = {}
     for n in topological_order(outputs):

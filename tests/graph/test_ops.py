@@ -57,6 +57,8 @@ CASES = {
     "transpose": _case(lambda a: G.transpose(a, (2, 0, 1)), ((2, 3, 4), normal)),
     "broadcast_to": _case(lambda a: G.broadcast_to(a, (2, 3, 4)), ((3, 1), normal)),
     "concat": _case(lambda a, b: G.concat([a, b], axis=1), ((2, 2), normal), ((2, 3), normal)),
+    "slice": _case(lambda a: G.slice(a, 1, 1, 4), ((2, 5), normal)),
+    "slice edge": _case(lambda a: G.slice(a, 0, 0, 2), ((3, 2), normal)),
     "matmul": _case(lambda a, b: a @ b, ((3, 4), normal), ((4, 5), normal)),
     "matmul batched broadcast": _case(lambda a, b: G.matmul(a, b), ((2, 1, 3, 4), normal),
                                       ((3, 4, 2), normal)),

@@ -207,3 +207,26 @@ def test_executor_lists_its_kernels_with_their_nodes():
     assert first.nodes[0] is mm and first.nodes[-1] is out   # the epilogue is fused
     assert [n.op for n in second.nodes] == ["softmax"]
     assert "relu" in first.module.name
+
+
+def test_merged_qkv_is_one_matmul_and_slices():
+    rng = np.random.default_rng(3)
+    x = G.Variable("x", (2, 7, 16))
+    ws = [G.constant(rng.standard_normal((16, n)).astype("f4")) for n in (16, 16, 8)]
+    q, k, v = (G.matmul(x, w) for w in ws)
+    out = G.matmul(q, G.transpose(k, (0, 2, 1))) + G.sum(v)
+    new = G.optimize([q, k, v, out], ["merge_matmul", "fold", "algebra", "cse"])
+    mms = [n for n in topological_order(new) if n.op == "matmul"]
+    assert len(mms) == 2                       # the merged projection and q @ k^T
+    assert [n.op for n in new[:3]] == ["slice"] * 3
+    xv = rng.standard_normal((2, 7, 16)).astype("f4")
+    before = G.Executor([q, k, v, out]).run({x: xv})
+    after = G.Executor(new).run({x: xv})
+    for b, a in zip(before, after):
+        np.testing.assert_array_equal(a, b)    # the same k-sums in the same order
+    np.testing.assert_allclose(after[0], xv @ ws[0].attr("value").array, rtol=1e-5,
+                               atol=1e-5)
+    # a variable weight, or a transposed one, is left alone
+    wv = G.Variable("w", (16, 16))
+    keep = G.optimize([G.matmul(x, wv), G.matmul(x, ws[0])], ["merge_matmul"])
+    assert all(n.op == "matmul" for n in keep)
