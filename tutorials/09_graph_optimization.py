@@ -101,7 +101,9 @@ np.testing.assert_allclose(got, av.T @ bv, rtol=1e-4, atol=1e-4)
 # ## 5. Merged QKV
 # Attention projects one input three times. `merge_matmul` (opt-in) makes it one matmul on
 # the concatenated weights — one pass over x instead of three — and three slices. Each
-# output is the same k-sum in the same order, so the results are the same bits.
+# output is the same k-sum in the same order, so the results are the same bits. Today
+# each slice is a copy kernel of its own; fusion as a graph pass (issue 14) would fold the
+# slices into their readers.
 
 # %%
 X = G.Variable("X", (4, N // 4, 64))
