@@ -354,8 +354,12 @@ def _loop(v: Var, init: Expr, extent: Expr, body: Stmt, info: Loop,
     if not wide or isinstance(extent, Const) or info.max_extent is None:
         return For(v, init, extent, body, info.kind, info.thread_tag, bound)
     full = Const(info.max_extent, extent.dtype)
+    # the tail of an unrolled loop keeps its bound (the CPU and CUDA backends unroll it
+    # with guards over a register tile); a vector loop's tail does not: unrolled lane by
+    # lane it made 16 guarded copies of the body in every partial tile (15 s builds)
+    tail_bound = info.max_extent if info.kind is LoopKind.UNROLLED else None
     return If(compare(EQ, extent, full), For(v, init, full, body, info.kind),
-              For(v, init, extent, body, LoopKind.SERIAL, "", info.max_extent))
+              For(v, init, extent, body, LoopKind.SERIAL, "", tail_bound))
 
 
 def generate_loops(timed: list[TimedStatement], context: isl.Set,
