@@ -354,12 +354,15 @@ def _loop(v: Var, init: Expr, extent: Expr, body: Stmt, info: Loop,
     if not wide or isinstance(extent, Const) or info.max_extent is None:
         return For(v, init, extent, body, info.kind, info.thread_tag, bound)
     full = Const(info.max_extent, extent.dtype)
-    # the tail of an unrolled loop keeps its bound (the CPU and CUDA backends unroll it
-    # with guards over a register tile); a vector loop's tail does not: unrolled lane by
-    # lane it made 16 guarded copies of the body in every partial tile (15 s builds)
-    tail_bound = info.max_extent if info.kind is LoopKind.UNROLLED else None
-    return If(compare(EQ, extent, full), For(v, init, full, body, info.kind),
-              For(v, init, extent, body, LoopKind.SERIAL, "", tail_bound))
+    if info.kind is LoopKind.VECTORIZED:
+        # the tail of a vector loop is a vector loop too, its lanes past the extent masked
+        # off: a register tile is then accessed by whole vectors only (a scalar tail's
+        # dynamic index kept the whole tile in memory: 4x slower at sizes like 1000)
+        tail = If(compare(GT, extent, Const(0, extent.dtype)),
+                  For(v, init, full, If(compare(LT, v, init + extent), body), info.kind))
+    else:   # an unrolled loop's tail keeps its bound: the backends unroll it with guards
+        tail = For(v, init, extent, body, LoopKind.SERIAL, "", info.max_extent)
+    return If(compare(EQ, extent, full), For(v, init, full, body, info.kind), tail)
 
 
 def generate_loops(timed: list[TimedStatement], context: isl.Set,

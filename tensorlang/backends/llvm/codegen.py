@@ -30,6 +30,7 @@ I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 STACK_LIMIT = 16 * 1024  # bytes; larger or symbolic allocations go to the heap
 REGISTER_ARRAY_BYTES = 2048   # a local array this small is a register tile (see `loop`)
 MAX_GUARDED_UNROLL = 16       # its partial loops up to this bound are unrolled, guarded
+VECTOR_PAD = 64               # spare elements after a small local array (see allocate)
 UNROLL_BUDGET = 256          # ... while the stores of the unrolled code stay this many
 
 
@@ -151,6 +152,7 @@ class FunctionCodegen:
         self.kernel = name
         self.check_guard: ir.Value | None = None  # i1: some vector lane is on (scalar reads)
         self.registers: list[Buffer] = []    # small local arrays SROA can keep in registers
+        self.padded: set[int] = set()        # arrays with VECTOR_PAD spare elements
 
     def ty(self, d: DType) -> ir.Type:
         """The LLVM type of a value of dtype `d`: a vector inside a vectorized loop."""
@@ -542,7 +544,10 @@ class FunctionCodegen:
             self.loop(s)
         elif isinstance(s, If) and self.vec is not None:
             c = self.expr(s.cond)
-            with self.vec.masked(self, c):
+            # `lane var < bound` (a vector tail's guard, bound > first lane) keeps lane 0 on
+            tail = isinstance(s.cond, LT) and isinstance(s.cond.a, Var) and \
+                s.cond.a.name == self.vec.var
+            with self.vec.masked(self, c, keeps_first_lane=tail):
                 self.stmt(s.then_body)
             if s.else_body is not None:
                 with self.vec.masked(self, b.xor(c, ir.Constant(c.type, 1))):
@@ -714,6 +719,7 @@ class FunctionCodegen:
         sub.fp_flags, sub.half_native = self.fp_flags, self.half_native
         sub.kernel, sub.check_guard = self.kernel, None
         sub.registers = list(self.registers)
+        sub.padded = set(self.padded)
         sub.fn, sub.ptrs, sub.env, sub.heap = fn, {}, {}, []
         sub.entry = fn.append_basic_block("entry")
         sub.builder = ir.IRBuilder(fn.append_basic_block("body"))
@@ -761,10 +767,16 @@ class FunctionCodegen:
             for x in buf.shape:
                 count *= int(x.value)
         if const and count * buf.dtype.itemsize <= STACK_LIMIT:
+            small = count * buf.dtype.itemsize <= REGISTER_ARRAY_BYTES
             with b.goto_block(self.entry):
-                ptr = b.alloca(et, max(count, 1), name=buf.name)
+                # a small array gets VECTOR_PAD elements more: a masked vector access
+                # that starts inside it may then read and write all its lanes (a blend),
+                # which SROA can keep in registers, unlike a masked load or store
+                ptr = b.alloca(et, max(count, 1) + (VECTOR_PAD if small else 0),
+                               name=buf.name)
                 ptr.align = 64
-            if count * buf.dtype.itemsize <= REGISTER_ARRAY_BYTES:
+            if small:
+                self.padded.add(id(buf))
                 size = _register_code_size(s.body, buf)
                 # a register tile only when every index into it can become a constant,
                 # in code of bounded size; otherwise SROA cannot promote it anyway and

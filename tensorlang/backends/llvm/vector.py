@@ -122,19 +122,23 @@ class VectorContext:
     lets: dict[str, Expr] = field(default_factory=dict)        # ... and their definitions
     mask: ir.Value | None = None                         # lanes that are on (None: all)
     starts_at_zero: bool = False                         # the loop's first iteration is 0
+    first_lane_on: bool = True       # no mask switches lane 0 off (a tail's guard keeps it)
 
     def iota(self, cg) -> ir.Value:
         steps = ir.Constant(ir.VectorType(I64, self.lanes), list(range(self.lanes)))
         return cg.builder.add(cg.splat(self.lo), steps)
 
     @contextlib.contextmanager
-    def masked(self, cg, cond: ir.Value):
-        saved = self.mask
+    def masked(self, cg, cond: ir.Value, keeps_first_lane: bool = False):
+        """Lanes where `cond` holds (and the current mask); `keeps_first_lane`: the
+        condition is true in lane 0 (a vector tail's guard)."""
+        saved, saved_first = self.mask, self.first_lane_on
         self.mask = cond if saved is None else cg.builder.and_(saved, cond)
+        self.first_lane_on = saved_first and keeps_first_lane
         try:
             yield
         finally:
-            self.mask = saved
+            self.mask, self.first_lane_on = saved, saved_first
 
     def let(self, cg, s: Let) -> None:
         v = cg.cast(cg.expr(s.value), s.value.dtype, s.var.dtype)
@@ -203,6 +207,12 @@ class VectorContext:
         ptr_t = cg.ptrs[id(buf)].type
         return b.inttoptr(ints, ir.VectorType(ptr_t, self.lanes))
 
+    def _padded(self, cg, buf, idx) -> bool:
+        """A masked contiguous access to a small local array may touch every lane: the
+        array has VECTOR_PAD spare elements and the first lane is on (a vector loop's
+        tail keeps its first lane), so the lanes stay inside the allocation."""
+        return id(buf) in cg.padded and self.lanes <= 64 and self.first_lane_on
+
     def _all_on(self) -> ir.Value:
         return ir.Constant(ir.VectorType(I1, self.lanes), [1] * self.lanes)
 
@@ -239,7 +249,7 @@ class VectorContext:
             out = cg.splat(v)
         elif kind == "contiguous":
             ptr = b.bitcast(self._scalar_address(cg, e.buffer, idx), vt.as_pointer())
-            if self.mask is None:
+            if self.mask is None or self._padded(cg, e.buffer, idx):
                 out = b.load(ptr, align=self._align(e.buffer).constant)
             else:
                 f = cg._declare(f"llvm.masked.load.{type_suffix(vt)}.p0", vt,
@@ -266,6 +276,10 @@ class VectorContext:
             ptr = b.bitcast(self._scalar_address(cg, s.buffer, idx), vt.as_pointer())
             if self.mask is None:
                 b.store(v, ptr, align=self._align(s.buffer).constant)
+            elif self._padded(cg, s.buffer, idx):    # a blend: every lane, the off ones
+                old = b.load(ptr, align=self._align(s.buffer).constant)   # unchanged
+                b.store(b.select(self.mask, v, old), ptr,
+                        align=self._align(s.buffer).constant)
             else:
                 f = cg._declare(f"llvm.masked.store.{type_suffix(vt)}.p0", ir.VoidType(),
                                 [vt, vt.as_pointer(), I32, self.mask.type])
