@@ -101,7 +101,8 @@ np.testing.assert_allclose(got, av.T @ bv, rtol=1e-4, atol=1e-4)
 # ## 5. Merged QKV
 # Attention projects one input three times. `merge_matmul` (opt-in) makes it one matmul on
 # the concatenated weights — one pass over x instead of three — and three slices. Each
-# output is the same k-sum in the same order, so the results are the same bits. Today
+# output is the same k-sum in the same order (up to 1 ulp where a multiply-add is fused in
+# one kernel and not in the other: opt-in for that reason). Today
 # each slice is a copy kernel of its own; fusion as a graph pass (issue 14) would fold the
 # slices into their readers.
 
@@ -115,6 +116,8 @@ print("matmuls:", sum(n.op == "matmul" for n in topological_order([q, k, v])), "
 xv = rng.standard_normal((4, N // 4, 64)).astype("float32")
 ex0, ex1 = G.Executor([q, k, v]), G.Executor(merged)
 r0, r1 = ex0.run({X: xv}), ex1.run({X: xv})
-assert all(np.array_equal(a, b) for a, b in zip(r0, r1))
-print("kernels:", len(ex0.kernels), "->", len(ex1.kernels), "; same bits: True")
+for a0, a1 in zip(r0, r1):
+    np.testing.assert_allclose(a1, a0, rtol=1e-5, atol=1e-6)
+same = all(np.array_equal(a, b) for a, b in zip(r0, r1))
+print("kernels:", len(ex0.kernels), "->", len(ex1.kernels), f"; same bits here: {same}")
 print("OK")

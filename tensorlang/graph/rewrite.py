@@ -23,9 +23,10 @@ Every default rule is exact in IEEE arithmetic, for every input including ±0, �
 - `cse`: nodes with the same op, inputs and attributes (constants: the same bytes) are one.
 
 Opt-in, since it changes rounding: `reassociate` (the lecture's constant propagation,
-c1 + (x + c2) → x + (c1 + c2)); pass it explicitly. Opt-in for now: `merge_matmul`
-(merged QKV: matmuls of one input by constant weights become one matmul and slices; exact
-in tensorlang's kernels, see `merge_matmuls`).
+c1 + (x + c2) → x + (c1 + c2)); pass it explicitly. Opt-in too: `merge_matmul`
+(merged QKV: matmuls of one input by constant weights become one matmul and slices; the
+same sums in the same order, up to 1 ulp where fused multiply-adds differ, see
+`merge_matmuls`).
 """
 
 from __future__ import annotations
@@ -200,8 +201,9 @@ def merge_matmuls(outputs: list[Node]) -> tuple[list[Node], list[Fired]]:
     """Matmuls that read one input with different constant weights of one row count
     (attention's Q, K and V projections) become one matmul on the weights concatenated
     along their columns, and a slice of its columns each. Each output element is still
-    the same k-sum in the same order in tensorlang's kernels; BLAS may block the wider
-    product differently."""
+    the same k-sum in the same order in tensorlang's kernels, but not always the same
+    bits: where a column moves between a full vector and a vector tail, one multiply-add
+    may be rounded separately instead of fused (1 ulp). Hence opt-in."""
     order = topological_order(outputs)
     groups: dict[tuple, list[Node]] = {}
     for n in order:
