@@ -101,6 +101,16 @@ class Barrier(Stmt):
         return isinstance(prev, Barrier) and (prev.scope == "block" or self.scope == "warp")
 
 
+def joined_barriers(stmts):
+    """`stmts` without the barriers that add nothing after the one before them (two in a
+    row wait as one)."""
+    prev = None
+    for x in stmts:
+        if not (isinstance(x, Barrier) and x.joins(prev)):
+            yield x
+        prev = x
+
+
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Seq(Stmt):
     stmts: tuple[Stmt, ...]

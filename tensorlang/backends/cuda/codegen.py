@@ -28,7 +28,9 @@ from ...ir.expr import (
     EQ, GE, GT, LE, LT, NE, Add, And, Call, Cast, Const, Div, Expr, FloorDiv, FloorMod,
     IndexCheck, Load, Max, Min, Mul, Not, Or, Select, Sub, Var, compare,
 )
-from ...ir.stmt import Allocate, Barrier, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store
+from ...ir.stmt import (
+    Allocate, Barrier, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store, joined_barriers,
+)
 from ...ir.visit import stmt_exprs, walk, walk_stmt
 from ...ir.unswitch import unswitch
 from ...polyhedral.placement import uses_buffer
@@ -298,11 +300,8 @@ class KernelWriter:
 
     def stmt(self, s: Stmt) -> None:
         if isinstance(s, Seq):
-            prev = None
-            for x in s.stmts:
-                if not (isinstance(x, Barrier) and x.joins(prev)):
-                    self.stmt(x)    # two barriers in a row wait as one
-                prev = x
+            for x in joined_barriers(s.stmts):
+                self.stmt(x)
         elif isinstance(s, Barrier):
             self.emit("__syncwarp();" if s.scope == "warp" else "__syncthreads();")
         elif isinstance(s, Store):

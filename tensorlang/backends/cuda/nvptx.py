@@ -32,7 +32,7 @@ from llvmlite import ir
 from ...config import debug_print, timed
 from ...errors import ScheduleError, TensorlangError
 from ...ir.expr import Call, Const
-from ...ir.stmt import Allocate, Barrier, For, LoopKind, Seq, Stmt
+from ...ir.stmt import joined_barriers, Allocate, Barrier, For, LoopKind, Seq, Stmt
 from ...polyhedral.placement import uses_buffer
 from ..llvm.codegen import I32, I64, FunctionCodegen, memory_type
 from ..llvm.jit import parse_and_optimise
@@ -84,11 +84,8 @@ class PtxCodegen(FunctionCodegen):
 
     def stmt(self, s: Stmt) -> None:
         if isinstance(s, Seq):
-            prev = None
-            for x in s.stmts:
-                if not (isinstance(x, Barrier) and x.joins(prev)):
-                    self.stmt(x)    # two barriers in a row wait as one
-                prev = x
+            for x in joined_barriers(s.stmts):
+                self.stmt(x)
         elif isinstance(s, Barrier) and s.scope == "warp":
             sync = self._declare("llvm.nvvm.bar.warp.sync", ir.VoidType(), [I32])
             self.builder.call(sync, [ir.Constant(I32, -1)])
@@ -102,6 +99,8 @@ class PtxCodegen(FunctionCodegen):
             raise ScheduleError(
                 f"nvptx: loop {s.var.name} is bound to {s.thread_tag} but is not among the "
                 "outermost, perfectly nested loops of its stage; bind the outer loops")
+        # the CUDA writer's rule (any loop over a register array up to its bound of 64),
+        # not the CPU's stricter one (`llvm/registers.py`): GPU thread tiles need it
         if s.max_extent is not None and s.max_extent <= MAX_GUARDED_UNROLL and \
                 not (s.kind is LoopKind.UNROLLED and isinstance(s.extent, Const)) and \
                 any(uses_buffer(s.body, b) for b in self.registers):

@@ -22,60 +22,15 @@ from ...ir.expr import (
 from ...ir.stmt import Allocate, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store
 from ...ir.visit import stmt_exprs, walk, walk_stmt
 from .half import f16_to_f32, f32_to_f16, f64_to_f16, native_conversions
+from .registers import (
+    MAX_GUARDED_UNROLL, REGISTER_ARRAY_BYTES, UNROLL_BUDGET, VECTOR_PAD, indexes,
+    register_code_size,
+)
 from .vector import VectorContext, check_vector_body, type_suffix
 from .vmath import exp_f32
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 STACK_LIMIT = 16 * 1024  # bytes; larger or symbolic allocations go to the heap
-REGISTER_ARRAY_BYTES = 2048   # a local array this small is a register tile (see `loop`)
-MAX_GUARDED_UNROLL = 16       # its partial loops up to this bound are unrolled, guarded
-VECTOR_PAD = 64               # spare elements after a small local array (see allocate)
-UNROLL_BUDGET = 256          # ... while the stores of the unrolled code stay this many
-
-
-def _indexes(s: For, buf: Buffer) -> bool:
-    """Whether the loop's variable appears in an index of `buf` inside the loop."""
-    for st in walk_stmt(s.body):
-        accesses = [x for e in stmt_exprs(st) for x in walk(e) if isinstance(x, Load)]
-        if isinstance(st, Store):
-            accesses.append(st)
-        for x in accesses:
-            if x.buffer is buf and any(isinstance(v, Var) and v.name == s.var.name
-                                       for i in x.indices for v in walk(i)):
-                return True
-    return False
-
-
-def _register_code_size(s: Stmt, buf: Buffer) -> int | None:
-    """The stores of `s` once every loop that indexes `buf` is unrolled (vector loops are
-    one instruction; the larger branch of an If counts), or None when some such loop has
-    no constant bound (an index into `buf` would stay dynamic)."""
-    if isinstance(s, Store):
-        return 1
-    if isinstance(s, Seq):
-        sizes = [_register_code_size(x, buf) for x in s.stmts]
-        return None if None in sizes else sum(sizes)
-    if isinstance(s, If):
-        a = _register_code_size(s.then_body, buf)
-        b = 0 if s.else_body is None else _register_code_size(s.else_body, buf)
-        return None if a is None or b is None else a + b
-    if isinstance(s, (Let, Allocate)):
-        return _register_code_size(s.body, buf)
-    if isinstance(s, For):
-        inner = _register_code_size(s.body, buf)
-        if inner is None:
-            return None
-        if s.kind is LoopKind.VECTORIZED and isinstance(s.extent, Const):
-            return inner
-        if not _indexes(s, buf):
-            return inner                       # stays a loop
-        n = int(s.extent.value) if isinstance(s.extent, Const) else s.max_extent
-        if n is None or n > MAX_GUARDED_UNROLL:
-            return None
-        return n * inner
-    return 0
-
-
 def llvm_type(d: DType) -> ir.Type:
     if d.is_bool:
         t = I1
@@ -599,7 +554,7 @@ class FunctionCodegen:
         bound = int(s.extent.value) if isinstance(s.extent, Const) else s.max_extent
         if bound is not None and bound <= MAX_GUARDED_UNROLL and \
                 s.kind in (LoopKind.SERIAL, LoopKind.UNROLLED) and \
-                self._indexes_registers(s):
+                any(indexes(s, r) for r in self.registers):
             # a loop whose variable indexes a register array (a partial tile, a tile's
             # copy-out): unrolled to isl's bound, each iteration guarded, so that every
             # index into the array is a constant and SROA keeps it in registers (one
@@ -621,22 +576,6 @@ class FunctionCodegen:
             return
         hi = b.add(lo, self.to_i64(self.expr(s.extent), s.extent.dtype))
         self.serial_loop(s.var.name, lo, hi, s.body)
-
-    def _indexes_registers(self, s: For) -> bool:
-        """Whether the loop's variable appears in an index of a register array."""
-        if not self.registers:
-            return False
-        regs = {id(r) for r in self.registers}
-        for st in walk_stmt(s.body):
-            accesses = [x for e in stmt_exprs(st) for x in walk(e) if isinstance(x, Load)]
-            if isinstance(st, Store):
-                accesses.append(st)
-            for x in accesses:
-                if id(x.buffer) in regs and any(
-                        isinstance(v, Var) and v.name == s.var.name
-                        for i in x.indices for v in walk(i)):
-                    return True
-        return False
 
     @contextlib.contextmanager
     def bound(self, name: str, value: ir.Value):
@@ -776,7 +715,7 @@ class FunctionCodegen:
                 ptr.align = 64
             if small:
                 self.padded.add(id(buf))
-                size = _register_code_size(s.body, buf)
+                size = register_code_size(s.body, buf)
                 # a register tile only when every index into it can become a constant,
                 # in code of bounded size; otherwise SROA cannot promote it anyway and
                 # the unrolled copies would only cost build time

@@ -1,0 +1,62 @@
+"""Register tiles on the CPU: which small local arrays SROA can keep in registers.
+
+A local array (a `cache_write(..., "local")` tile) stays in registers only when every
+index into it is a constant after unrolling; one dynamic index puts the whole array in
+memory (4x slower matmuls). The code generator unrolls, with guards, the loops whose
+variable indexes such an array, when `register_code_size` says the unrolled code is
+bounded; vector loops stay vectors (their tails are masked: see `vector.py`).
+"""
+
+from __future__ import annotations
+
+from ...ir.expr import Const, Load, Var
+from ...ir.stmt import Allocate, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store
+from ...ir.visit import stmt_exprs, walk, walk_stmt
+
+REGISTER_ARRAY_BYTES = 2048   # a local array this small is a register tile (see `loop`)
+MAX_GUARDED_UNROLL = 16       # its partial loops up to this bound are unrolled, guarded
+VECTOR_PAD = 64               # spare elements after a small local array (see allocate)
+UNROLL_BUDGET = 256          # ... while the stores of the unrolled code stay this many
+
+
+def indexes(s: For, buf: Buffer) -> bool:
+    """Whether the loop's variable appears in an index of `buf` inside the loop."""
+    for st in walk_stmt(s.body):
+        accesses = [x for e in stmt_exprs(st) for x in walk(e) if isinstance(x, Load)]
+        if isinstance(st, Store):
+            accesses.append(st)
+        for x in accesses:
+            if x.buffer is buf and any(isinstance(v, Var) and v.name == s.var.name
+                                       for i in x.indices for v in walk(i)):
+                return True
+    return False
+
+
+def register_code_size(s: Stmt, buf: Buffer) -> int | None:
+    """The stores of `s` once every loop that indexes `buf` is unrolled (vector loops are
+    one instruction; the larger branch of an If counts), or None when some such loop has
+    no constant bound (an index into `buf` would stay dynamic)."""
+    if isinstance(s, Store):
+        return 1
+    if isinstance(s, Seq):
+        sizes = [register_code_size(x, buf) for x in s.stmts]
+        return None if None in sizes else sum(sizes)
+    if isinstance(s, If):
+        a = register_code_size(s.then_body, buf)
+        b = 0 if s.else_body is None else register_code_size(s.else_body, buf)
+        return None if a is None or b is None else a + b
+    if isinstance(s, (Let, Allocate)):
+        return register_code_size(s.body, buf)
+    if isinstance(s, For):
+        inner = register_code_size(s.body, buf)
+        if inner is None:
+            return None
+        if s.kind is LoopKind.VECTORIZED and isinstance(s.extent, Const):
+            return inner
+        if not indexes(s, buf):
+            return inner                       # stays a loop
+        n = int(s.extent.value) if isinstance(s.extent, Const) else s.max_extent
+        if n is None or n > MAX_GUARDED_UNROLL:
+            return None
+        return n * inner
+    return 0
