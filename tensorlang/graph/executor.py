@@ -476,7 +476,9 @@ class _Plan:
 
 def _cuda_context() -> None:
     try:
-        import pycuda.autoinit  # noqa: F401
+        from ..backends.cuda.module import _driver
+
+        _driver()
         import pycuda.gpuarray  # noqa: F401
     except Exception as e:  # noqa: BLE001 (no pycuda, no driver or no device)
         raise tl.TensorlangError(

@@ -261,10 +261,16 @@ def _attach(prog, states, entries: list[Entry], sid: str, st: StageState) -> lis
         if coop is None:
             lmap = pfx.flat_range_product(back.apply_range(e.lmap))
         else:   # each thread of the block copies every T-th element of the tile
-            expanded, rounds = coop.distribute(expanded)
+            # with no_sync() the user relies on thread t copying elements t, t + T, ...
+            width = _copy_width(s, n_sp, coop.shape) if st.sync else 1
+            expanded, rounds = coop.distribute(expanded, width)
             lmap = pfx.flat_range_product(rounds.align_params(pfx.get_space()))
             own_loops = (Loop(f"{label}.fetch"),)
             path = list(scope) + [e.path[1], 0]
+            if width > 1:   # each thread copies `width` neighbours at a time: one vector
+                own_loops += (Loop(f"{label}.fetch.v", LoopKind.VECTORIZED,
+                                   max_extent=width),)
+                path.append(0)
         lmap = lmap.intersect_domain(expanded)
         E = E.intersect_range(expanded)
         stmt = Statement(new, s.stage, pdims + s.dims, expanded, s.body, s.is_init)
@@ -318,6 +324,31 @@ def _shared_threads(prog, st: StageState, A: Entry, k: int, label, clabel, loopn
             f"tensorlang (thread t copies elements t, t + T, ...); {label}'s own loops cannot "
             "be scheduled yet (split/fuse/bind on them)")
     return threads
+
+
+VECTOR_BYTES = 16      # the widest global access a GPU thread makes (float4)
+
+
+def _copy_width(stmt: Statement, n_spatial: int, shape: list[int]) -> int:
+    """How many neighbouring elements of a shared tile one thread copies at a time: a
+    16-byte vector when the copy reads a tensor along its last axis (a cache_read) and the
+    tile's rows are whole vectors; 1 otherwise. The backends test each vector's alignment
+    (a row of the source whose length is not a multiple of the vector is copied lane by
+    lane)."""
+    body = stmt.body
+    if not isinstance(body, Store) or not isinstance(body.value, Load) or not shape or \
+            n_spatial == 0:
+        return 1
+    src = body.value
+    last = stmt.dims[n_spatial - 1]
+    if not src.indices or not isinstance(src.indices[-1], Var) or \
+            src.indices[-1].name != last or src.dtype != body.buffer.dtype:
+        return 1
+    size = body.buffer.dtype.itemsize
+    if body.buffer.dtype.is_bool or size >= VECTOR_BYTES:
+        return 1
+    width = VECTOR_BYTES // size
+    return width if shape[-1] % width == 0 else 1
 
 
 def _relaxed(k: int, threads, extents: dict[int, int], space) -> isl.Map:
@@ -396,8 +427,10 @@ class _Coop:
             self.shape.append(ext.to_python() + 1)
         return foot
 
-    def distribute(self, expanded: isl.Set):
-        """The expanded instances each thread copies, and instance -> its round."""
+    def distribute(self, expanded: isl.Set, width: int = 1):
+        """The expanded instances each thread copies, and instance -> its round (and, with
+        `width` > 1, the lane: thread t then copies the groups of `width` neighbours t,
+        t + T, ..., each group one vector access)."""
         k = self.k
         sp = expanded.get_space()
         ls = isl.LocalSpace.from_space(sp)
@@ -412,9 +445,13 @@ class _Coop:
         for d, stride in self.strides.items():
             t = var(d).scale_val(isl.Val(stride))
             tid = t if tid is None else tid.add(t)
-        mine = lin.sub(tid).mod_val(isl.Val(self.T)).zero_set()
+        group = lin.scale_down_val(isl.Val(width)).floor() if width > 1 else lin
+        mine = group.sub(tid).mod_val(isl.Val(self.T)).zero_set()
         expanded = expanded.intersect(mine)
-        rounds = isl.Map.from_pw_aff(lin.scale_down_val(isl.Val(self.T)).floor())
+        rounds = isl.Map.from_pw_aff(group.scale_down_val(isl.Val(self.T)).floor())
+        if width > 1:
+            rounds = rounds.flat_range_product(
+                isl.Map.from_pw_aff(lin.mod_val(isl.Val(width))))
         return expanded, rounds
 
 

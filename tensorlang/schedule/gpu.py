@@ -184,11 +184,18 @@ def reduce(s, R: Tensor, threads: int = 256, attached: bool = False):
     return ki
 
 
-def rows(s, T: Tensor, threads: int = 256):
+ROW_CACHE_BYTES = 32 * 1024   # the longest row `rows` keeps in shared memory
+
+
+def rows(s, T: Tensor, threads: int = 256, cache: bool = True):
     """One block per row of `T` (all axes but the last, fused), the row's outputs over
     `threads` threads; every reduction `T` reads (directly or through inlined stages) whose
     outputs are the row's (T's leading axes) and that reduces along memory is computed in
-    the block, across its threads. Returns the block loop."""
+    the block, across its threads. With `cache`, a tensor those reductions read along the
+    row is copied to shared memory once per row (`cache_read`, the block's threads taking
+    16-byte vectors where the row allows) when its rows have a constant length of at most
+    ROW_CACHE_BYTES, so that the reductions and the outputs read it there instead of from
+    global memory (softmax reads its input once, not three times). Returns the block loop."""
     threads = _int(threads, "threads")
     st = s[T]
     axes = list(st.op.axis)
@@ -212,4 +219,49 @@ def rows(s, T: Tensor, threads: int = 256):
     for R in found:
         s[R].compute_at(st, row)
         reduce(s, R, threads, attached=True)
+    if cache:
+        for X in _row_inputs(s, found, lead):
+            _cache_row(s, X, [T] + found, st, row, threads)
     return row
+
+
+def _reads(op, X: Tensor) -> bool:
+    return any(isinstance(x, Load) and x.buffer is X for x in walk(op.body)) \
+        if hasattr(op, "body") else False
+
+
+def _row_inputs(s, found, lead) -> list[Tensor]:
+    """The tensors the row's reductions read along the row whose rows fit in shared memory."""
+    out = []
+    for R in found:
+        for x in walk(s[R].op.body):
+            if not isinstance(x, Load) or not isinstance(x.buffer, Tensor):
+                continue
+            X = x.buffer
+            shape = X.shape
+            if any(X is y for y in out) or [str(d) for d in shape[:-1]] != lead or \
+                    not _const(shape[-1]) or \
+                    int(shape[-1].value) * X.dtype.itemsize > ROW_CACHE_BYTES:
+                continue
+            out.append(X)
+    return out
+
+
+def _cache_row(s, X: Tensor, stages, st, row, threads: int) -> None:
+    readers = [R for R in stages if _reads(s[R].op, X)]
+    if not readers:
+        return
+    XS = s.cache_read(X, "shared", readers)
+    s[XS].compute_at(st, row)
+    axis = s[XS].op.axis[-1]
+    m = int(X.shape[-1].value)
+    width = 16 // X.dtype.itemsize if X.dtype.itemsize in (4, 8) else 1
+    if width > 1 and m % width == 0 and m >= width * threads:
+        axis, lanes = s[XS].split(axis, factor=width)
+        o, t = s[XS].split(axis, factor=threads)
+        s[XS].reorder(t, o, lanes)
+        s[XS].vectorize(lanes)
+    else:
+        o, t = s[XS].split(axis, factor=threads)
+        s[XS].reorder(t, o)
+    s[XS].bind(t, "threadIdx.x")

@@ -319,7 +319,8 @@ def test_shared_tiles_have_barriers_and_are_loaded_by_all_threads():
     text = str(tl.lower(s, args))
     assert text.count("sync_threads()") == 4 and "'shared'" in text
     src = tl.build(s, args, target="cuda").get_source()
-    assert "__shared__ float A_shared[256];" in src and "__shared__ float B_shared[256];" in src
+    assert "__shared__ __align__(16) float A_shared[256];" in src and \
+        "__shared__ __align__(16) float B_shared[256];" in src
     # the copies sit between two barriers, and both tiles are loaded before the k loop
     body = src[src.index("A_shared[256]"):]
     assert body.index("__syncthreads") < body.index("A_shared[((") < body.index("k_inner")
@@ -328,9 +329,12 @@ def test_shared_tiles_have_barriers_and_are_loaded_by_all_threads():
 def test_sgemm_tiles_are_fetched_in_rounds_by_the_block():
     s, args, _ = sgemm()
     text = str(tl.lower(s, args))
-    # a 64 x 8 tile over 256 threads: at most two rounds for each thread
-    assert "for A_shared_fetch in range(min(2, " in text
+    # a 64 x 8 tile over 256 threads in groups of 4 neighbours (one float4 each): 128
+    # groups, so one round, taken by the first 128 threads
+    assert "for A_shared_fetch_v in range(4):  # vectorized" in text
+    assert "if i_inner_outer <= 7 and" in text
     src = tl.build(s, args, target="cuda").get_source()
+    assert src.count("*(const float4 *)tl_vs") == 2   # A's and B's k-slices
     assert src.count("__syncthreads();") == 3     # before A, between A and B (one), after B
 
 
@@ -352,7 +356,7 @@ def test_no_sync_is_refused_with_the_racing_threads():
 def test_no_sync_is_accepted_when_each_thread_reads_its_own_copy():
     s, args, _ = vadd_shared()
     src = tl.build(s, args, target="cuda").get_source()
-    assert "__syncthreads" not in src and "__shared__ float A_shared[64];" in src
+    assert "__syncthreads" not in src and "__shared__ __align__(16) float A_shared[64];" in src
 
 
 def test_shared_tiles_do_not_build_for_the_cpu():

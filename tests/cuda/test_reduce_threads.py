@@ -44,10 +44,11 @@ def column_sum():
     return s, [A, B], lambda a: a.sum(0)
 
 
-def softmax(threads=64):
+def softmax(threads=64, m=None):
     """One kernel, a block per row: the row max and the sum across the block's threads,
-    then the outputs on the same threads (three phases, barriers between)."""
-    n, m = tl.var("n"), tl.var("m")
+    then the outputs on the same threads (three phases, barriers between). With a constant
+    row length `m` the row is copied to shared memory first (`gpu.rows`' cache)."""
+    n, m = tl.var("n"), (tl.var("m") if m is None else m)
     X = tl.placeholder((n, m), name="X")
     k1 = tl.reduce_axis((0, m), name="k1")
     M = tl.compute((n,), lambda i: tl.max(X[i, k1], axis=k1), name="M")
@@ -105,6 +106,46 @@ def test_cross_thread_reductions_compile_for_both_targets(case, tmp_path):
                             str(tmp_path / "k.ptx"), str(tmp_path / "k.cu")],
                            capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
+
+
+CACHED = [(64, 256), (64, 70), (33, 132), (64, 4096), (256, 1)]
+
+
+@pytest.mark.parametrize("order", ["forward", "reverse"])
+@pytest.mark.parametrize("threads,m", CACHED)
+def test_rows_keeps_a_constant_row_in_shared_memory(threads, m, order):
+    """The row is read from global memory once (a shared copy, 16-byte vectors where the
+    row allows), the reductions and the outputs read the copy."""
+    s, args, ref = softmax(threads, m)
+    low = tl.lower(s, args)
+    text = str(low)
+    assert f"X_shared = allocate(float32, [1, {m}], 'shared')" in text
+    assert text.count("X[") == 1                       # the copy's read only
+    vector = m % 4 == 0 and m >= 4 * threads
+    assert ("# vectorized" in text) == vector
+    if vector:
+        assert "*(const float4 *)" in tl.build(s, args, target="cuda").get_source()
+        assert "ld.global.v4" in tl.build(s, args, target="nvptx").get_source()
+    for n in (1, 3):
+        a = _data("softmax", (n, m))
+        out = np.zeros((n, m), np.float32)
+        run_lowered(low, [a, out], parallel_order=order)
+        np.testing.assert_allclose(out, ref(a), rtol=2e-5, atol=1e-6)
+
+
+def test_rows_cache_can_be_turned_off_and_skips_long_rows():
+    n = tl.var("n")
+    X = tl.placeholder((n, 10000), name="X")        # 40 kB: over gpu.ROW_CACHE_BYTES
+    k = tl.reduce_axis((0, 10000), name="k")
+    M = tl.compute((n,), lambda i: tl.max(X[i, k], axis=k), name="M")
+    Y = tl.compute((n, 10000), lambda i, j: X[i, j] - M[i], name="Y")
+    s = tl.create_schedule(Y)
+    gpu.rows(s, Y, 128)
+    assert "X_shared" not in str(tl.lower(s, [X, Y]))
+    s, args, _ = softmax(64, 256)
+    s2 = tl.create_schedule(args[1])
+    gpu.rows(s2, args[1], 64, cache=False)
+    assert "X_shared" not in str(tl.lower(s2, args))
 
 
 def test_the_tree_works_for_any_thread_count():
@@ -178,3 +219,25 @@ def test_cross_thread_reductions_on_the_gpu(case, shape, target):
     out = np.zeros(ref(a).shape, np.float32)
     f(a, out)
     np.testing.assert_allclose(out, ref(a), rtol=1e-4, atol=1e-5)
+
+
+@GPU
+@pytest.mark.gpu
+@BOTH
+@pytest.mark.parametrize("threads,m", CACHED + [(256, 4096), (128, 1000), (256, 4099)])
+def test_cached_rows_on_the_gpu(threads, m, target):
+    """A softmax whose row is copied to shared memory (float4 where the row allows), on
+    the device, with a row count that is not a multiple of anything."""
+    s, args, ref = softmax(threads, m)
+    f = tl.build(s, args, target=target)
+    a = _data("softmax", (7, m))
+    out = np.zeros((7, m), np.float32)
+    f(a, out)
+    np.testing.assert_allclose(out, ref(a), rtol=1e-4, atol=1e-6)
+    # device views that start 4 bytes past a 16-byte boundary: the lane-by-lane path
+    torch = pytest.importorskip("torch")
+    tb = torch.zeros(7 * m + 1, device="cuda")[1:].view(7, m)
+    tb.copy_(torch.from_numpy(a))
+    to = torch.zeros(7 * m + 1, device="cuda")[1:].view(7, m)
+    f(tb, to)
+    np.testing.assert_allclose(to.cpu().numpy(), ref(a), rtol=1e-4, atol=1e-6)

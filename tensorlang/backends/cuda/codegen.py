@@ -34,6 +34,7 @@ from ...ir.stmt import (
 from ...ir.visit import stmt_exprs, walk, walk_stmt
 from ...ir.unswitch import unswitch
 from ...polyhedral.placement import uses_buffer
+from ..llvm.vector import VectorContext
 
 ERROR_RECORD_LEN = 16
 MAX_GUARDED_UNROLL = 64         # loops over register arrays up to this bound are unrolled
@@ -139,6 +140,8 @@ class KernelWriter:
         self.indent = 1
         self.names: dict[int, str] = {}
         self.registers: list[Buffer] = []   # per-thread arrays allocated so far
+        self.lanes: dict[int, str] = {}     # Load -> the lane of a vector that holds it
+        self.vectors = 0                    # vector accesses written (for names)
 
     def emit(self, text: str) -> None:
         self.lines.append("  " * self.indent + text)
@@ -179,6 +182,8 @@ class KernelWriter:
                 return f"(({self.ty(e.dtype)})({v + 1}LL - 1LL))"
             return f"(({self.ty(e.dtype)}){v})"
         if isinstance(e, Load):
+            if id(e) in self.lanes:         # a lane of a vector loaded before (`vector`)
+                return self.lanes[id(e)]
             v = f"{e.buffer.name}[{self.flat(e.buffer, e.indices)}]"
             if e.dtype.name == "float16":
                 return f"__half2float({v})"
@@ -340,6 +345,8 @@ class KernelWriter:
                 self.indent -= 1
                 self.emit("}")
                 return
+            if s.kind is LoopKind.VECTORIZED and self.vector(s):
+                return
             if s.kind is LoopKind.UNROLLED:
                 self.emit("#pragma unroll")
             self.index_vars.add(v)
@@ -385,6 +392,107 @@ class KernelWriter:
             self.emit("}")
         else:
             raise TensorlangError(f"cuda backend: unsupported statement {type(s).__name__}")
+
+
+    def vector(self, s: For) -> bool:
+        """A vector loop whose body stores consecutive elements of global or shared memory
+        as one `float4` (`float2`, `int4`, `double2`, ...) access, its contiguous global or
+        shared reads as vector loads too, when every such address is a multiple of the
+        vector's size; other rows run the loop lane by lane. Returns False (nothing
+        written) for a loop it cannot write so."""
+        body = s.body
+        if not isinstance(s.extent, Const) or not isinstance(body, Store) or \
+                self.checks_of(body) or not isinstance(s.min, Const):
+            return False
+        lanes = int(s.extent.value)
+        v = s.var.name
+        ctx = VectorContext(v, lanes, None, starts_at_zero=int(s.min.value) == 0)
+
+        def vector_type(buf: Buffer) -> str | None:
+            name = _VECTOR_TYPES.get((buf.dtype.name, lanes))
+            if name is None or any(buf is r for r in self.registers):
+                return None
+            return name
+
+        out_t = vector_type(body.buffer)
+        if out_t is None or ctx._kind(body.indices, body.buffer)[0] != "contiguous":
+            return False
+        loads = []
+        for x in walk(body.value):
+            if isinstance(x, Load) and vector_type(x.buffer) and \
+                    ctx._kind(x.indices, x.buffer)[0] == "contiguous" and \
+                    not any(isinstance(y, Load) for y in walk(x.indices[-1])) and \
+                    all(id(x) != id(y) for y in loads):
+                loads.append(x)
+        k = self.vectors
+        self.vectors += 1
+        base, out = f"tl_vb{k}", f"tl_vd{k}"
+        c = C_TYPES[body.buffer.dtype.name]
+        self.index_vars.add(v)
+        self.emit("{")
+        self.indent += 1
+        self.emit(f"const tl_idx {base} = {self.expr(s.min)};")
+        self.emit(f"{c} *{out};")
+        for j, x in enumerate(loads):
+            self.emit(f"const {C_TYPES[x.buffer.dtype.name]} *tl_vs{k}_{j};")
+        self.emit("{")          # the addresses of the first lane
+        self.indent += 1
+        self.emit(f"const tl_idx {v} = {base};")
+        self.emit(f"{out} = &{body.buffer.name}[{self.flat(body.buffer, body.indices)}];")
+        for j, x in enumerate(loads):
+            self.emit(f"tl_vs{k}_{j} = &{x.buffer.name}[{self.flat(x.buffer, x.indices)}];")
+        self.indent -= 1
+        self.emit("}")
+        size = body.buffer.dtype.itemsize * lanes
+        ptrs = " | ".join([f"(unsigned long long){out}"] +
+                          [f"(unsigned long long)tl_vs{k}_{j}" for j in range(len(loads))])
+        self.emit(f"if ((({ptrs}) & {size - 1}ULL) == 0ULL) {{")
+        self.indent += 1
+        for j, x in enumerate(loads):
+            t = _VECTOR_TYPES[(x.buffer.dtype.name, lanes)]
+            self.emit(f"const {t} tl_vl{k}_{j} = *(const {t} *)tl_vs{k}_{j};")
+        self.emit(f"{out_t} tl_vr{k};")
+        for lane in range(lanes):
+            comp = _COMPONENTS[lane]
+            for j, x in enumerate(loads):
+                self.lanes[id(x)] = f"tl_vl{k}_{j}.{comp}"
+            value = f"({c})({self.expr(body.value)})"
+            if _uses_var(body.value, v, {id(x) for x in loads}):
+                value = f"{{ const tl_idx {v} = {base} + {lane}; tl_vr{k}.{comp} = {value}; }}"
+            else:
+                value = f"tl_vr{k}.{comp} = {value};"
+            self.emit(value)
+        for x in loads:
+            del self.lanes[id(x)]
+        self.emit(f"*({out_t} *){out} = tl_vr{k};")
+        self.indent -= 1
+        self.emit("} else {")     # a row whose start is not a multiple of the vector
+        self.indent += 1
+        self.emit(f"for (tl_idx {v} = {base}; {v} < {base} + {lanes}; ++{v}) {{")
+        self.indent += 1
+        self.stmt(body)
+        self.indent -= 1
+        self.emit("}")
+        self.indent -= 1
+        self.emit("}")
+        self.indent -= 1
+        self.emit("}")
+        return True
+
+
+def _uses_var(e: Expr, name: str, skip: set[int]) -> bool:
+    """Whether `e` reads variable `name` outside the loads in `skip`."""
+    if id(e) in skip:
+        return False
+    if isinstance(e, Var):
+        return e.name == name
+    return any(_uses_var(k, name, skip) for k in e.children)
+
+
+_VECTOR_TYPES = {("float32", 2): "float2", ("float32", 4): "float4",
+                 ("int32", 2): "int2", ("int32", 4): "int4",
+                 ("float64", 2): "double2", ("int64", 2): "longlong2"}
+_COMPONENTS = "xyzw"
 
 
 def _count(buf: Buffer) -> int:
@@ -575,7 +683,7 @@ def generate(name: str, buffers: list[Buffer], params: list[Var], body: Stmt):
         if guards:
             w.emit(f"if (!({' && '.join(guards)})) return;")
         for b in launch.shared:
-            w.emit(f"__shared__ {C_TYPES[b.dtype.name]} {b.name}[{_count(b)}];")
+            w.emit(f"__shared__ __align__(16) {C_TYPES[b.dtype.name]} {b.name}[{_count(b)}];")
         w.stmt(launch.inner)
         sig = [f"{C_TYPES[b.dtype.name]} *__restrict__ {b.name}" for b in launch.buffers] + \
               [f"long long {p.name}_" for p in launch.params]

@@ -8,6 +8,8 @@ source with nvcc (`SourceModule`) once, and launches each kernel in order.
 
 from __future__ import annotations
 
+import atexit
+
 import numpy as np
 
 from ...config import debug_print
@@ -49,16 +51,46 @@ def check_resources(launch, fn) -> None:
             f"{REGISTERS_PER_BLOCK}: use fewer threads per block or a smaller register tile")
 
 
+_PRIMARY: list = []     # the primary context this process pushed (at most one)
+
+
 def _driver():
-    """pycuda's driver module, with a context on the first device."""
+    """pycuda's driver module, with a current context: the one the caller made current
+    (pycuda.autoinit, or torch's, which is the device's primary context), else the first
+    device's primary context, the one the CUDA runtime, torch and cupy share, so that their
+    arrays can be passed to a kernel as they are."""
     try:
-        import pycuda.autoinit  # noqa: F401  (a context on the first device)
         import pycuda.driver as drv
+
+        drv.init()
+        if drv.Context.get_current() is None:
+            if _PRIMARY:
+                _PRIMARY[0].push()
+            else:
+                ctx = drv.Device(0).retain_primary_context()
+                ctx.push()
+                _PRIMARY.append(ctx)
+                atexit.register(_pop_primary)
     except Exception as e:  # noqa: BLE001 (no pycuda, no driver or no device)
         raise TensorlangError(
             "calling a CUDA kernel needs pycuda, a CUDA driver and a GPU (pip install "
             f"'tensorlang[cuda]'); building and get_source() do not ({e})") from None
     return drv
+
+
+def _pop_primary() -> None:
+    import pycuda.driver as drv
+
+    try:
+        drv.Context.pop()
+    except Exception:  # noqa: BLE001 (already popped by whoever made another current)
+        pass
+
+
+def _context_key(drv) -> int:
+    """A module is loaded into one context: the current one's handle keys the cache (torch
+    switches the thread to the primary context when it starts)."""
+    return drv.Context.get_current().handle
 
 
 class CudaKernel:
@@ -84,16 +116,17 @@ class CudaKernel:
         return self._wide[key]
 
     def _compiled(self, wide: bool = False):
-        if wide not in self._modules:
-            _driver()
+        drv = _driver()
+        key = (_context_key(drv), wide)
+        if key not in self._modules:
             from pycuda.compiler import SourceModule
 
             opts = ["-std=c++17"] + (["-DTL_INDEX_64"] if wide else [])
             mod = SourceModule(self.source, no_extern_c=True, options=opts)
             for launch in self.launches:
                 check_resources(launch, mod.get_function(launch.name))
-            self._modules[wide] = mod
-        return self._modules[wide]
+            self._modules[key] = mod
+        return self._modules[key]
 
     def run(self, arrays: list, env: dict[str, int], written: set[int], checks) -> None:
         """Launch every kernel on `arrays` (numpy, copied, or device arrays), sizes `env`."""
@@ -163,8 +196,9 @@ class NvptxKernel(CudaKernel):
         return False         # 64-bit index arithmetic throughout
 
     def _compiled(self, wide: bool = False):
-        if False not in self._modules:
-            drv = _driver()
+        drv = _driver()
+        key = _context_key(drv)
+        if key not in self._modules:
             try:
                 mod = drv.module_from_buffer(self.source.encode())
             except drv.Error as e:
@@ -172,5 +206,5 @@ class NvptxKernel(CudaKernel):
                                       f"{self.name} ({e})") from None
             for launch in self.launches:
                 check_resources(launch, mod.get_function(launch.name))
-            self._modules[False] = mod
-        return self._modules[False]
+            self._modules[key] = mod
+        return self._modules[key]

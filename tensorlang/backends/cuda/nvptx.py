@@ -31,11 +31,13 @@ from llvmlite import ir
 
 from ...config import debug_print, timed
 from ...errors import ScheduleError, TensorlangError
-from ...ir.expr import Call, Const
-from ...ir.stmt import joined_barriers, Allocate, Barrier, For, LoopKind, Seq, Stmt
+from ...ir.expr import Call, Const, IndexCheck, Load
+from ...ir.stmt import joined_barriers, Allocate, Barrier, For, LoopKind, Seq, Stmt, Store
+from ...ir.visit import stmt_exprs, walk
 from ...polyhedral.placement import uses_buffer
 from ..llvm.codegen import I32, I64, FunctionCodegen, memory_type
 from ..llvm.jit import parse_and_optimise
+from ..llvm.vector import VectorContext
 from ..llvm.target import _init
 from .codegen import ERROR_RECORD_LEN, MAX_GUARDED_UNROLL, Launch, _count
 
@@ -115,7 +117,56 @@ class PtxCodegen(FunctionCodegen):
                     with self.bound(s.var.name, i):
                         self.stmt(s.body)
             return
+        if s.kind is LoopKind.VECTORIZED and isinstance(s.extent, Const) and \
+                self.aligned_vector(s):
+            return
         super().loop(s)
+
+    def aligned_vector(self, s: For) -> bool:
+        """A vector loop storing consecutive elements of global or shared memory: its
+        contiguous accesses become `ld/st.v4` (`.v2`) when their first lanes' addresses are
+        multiples of the vector's size, tested at run time (the CUDA C writer's rule); the
+        loop runs lane by lane otherwise. False (nothing written) for other loops."""
+        body = s.body
+        if not isinstance(body, Store) or not isinstance(s.min, Const) or \
+                any(isinstance(x, IndexCheck) for e in stmt_exprs(body) for x in walk(e)):
+            return False
+        lanes = int(s.extent.value)
+        b = self.builder
+        lo = self.to_i64(self.expr(s.min), s.min.dtype)
+        ctx = VectorContext(s.var.name, lanes, lo, starts_at_zero=int(s.min.value) == 0)
+
+        def size(buf) -> int:
+            n = buf.dtype.itemsize * lanes
+            if buf.dtype.is_bool or n not in (8, 16) or any(buf is r for r in self.registers):
+                return 0
+            return n
+
+        accesses = [body] + [x for x in walk(body.value) if isinstance(x, Load)]
+        tested = {}
+        for x in accesses:
+            kind, idx = ctx._kind(x.indices, x.buffer)
+            if kind == "contiguous" and size(x.buffer):
+                tested[id(x)] = (x, idx, size(x.buffer))
+        if id(body) not in tested:
+            return False
+        bad = None
+        for x, idx, n in tested.values():
+            addr = b.ptrtoint(ctx._scalar_address(self, x.buffer, idx), I64)
+            low = b.and_(addr, ir.Constant(I64, n - 1))
+            bad = low if bad is None else b.or_(bad, low)
+        with b.if_else(b.icmp_unsigned("==", bad, ir.Constant(I64, 0))) as (vector, lanewise):
+            with vector:
+                ctx.aligned = {k: n for k, (_, _, n) in tested.items()}
+                self.vec = ctx
+                try:
+                    self.stmt(body)
+                finally:
+                    self.vec = None
+            with lanewise:
+                hi = b.add(lo, ir.Constant(I64, lanes))
+                self.serial_loop(s.var.name, lo, hi, body)
+        return True
 
     def allocate(self, s: Allocate) -> None:
         buf = s.buffer

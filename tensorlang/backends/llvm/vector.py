@@ -123,6 +123,8 @@ class VectorContext:
     mask: ir.Value | None = None                         # lanes that are on (None: all)
     starts_at_zero: bool = False                         # the loop's first iteration is 0
     first_lane_on: bool = True       # no mask switches lane 0 off (a tail's guard keeps it)
+    # Load/Store (by id) -> the alignment of its first lane's address, tested at run time
+    aligned: dict[int, int] = field(default_factory=dict)
 
     def iota(self, cg) -> ir.Value:
         steps = ir.Constant(ir.VectorType(I64, self.lanes), list(range(self.lanes)))
@@ -250,7 +252,7 @@ class VectorContext:
         elif kind == "contiguous":
             ptr = b.bitcast(self._scalar_address(cg, e.buffer, idx), vt.as_pointer())
             if self.mask is None or self._padded(cg, e.buffer, idx):
-                out = b.load(ptr, align=self._align(e.buffer).constant)
+                out = b.load(ptr, align=self.aligned.get(id(e), self._align(e.buffer).constant))
             else:
                 f = cg._declare(f"llvm.masked.load.{type_suffix(vt)}.p0", vt,
                                 [vt.as_pointer(), I32, self.mask.type, vt])
@@ -275,7 +277,7 @@ class VectorContext:
         if kind == "contiguous":
             ptr = b.bitcast(self._scalar_address(cg, s.buffer, idx), vt.as_pointer())
             if self.mask is None:
-                b.store(v, ptr, align=self._align(s.buffer).constant)
+                b.store(v, ptr, align=self.aligned.get(id(s), self._align(s.buffer).constant))
             elif self._padded(cg, s.buffer, idx):    # a blend: every lane, the off ones
                 old = b.load(ptr, align=self._align(s.buffer).constant)   # unchanged
                 b.store(b.select(self.mask, v, old), ptr,
