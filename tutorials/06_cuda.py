@@ -1,7 +1,7 @@
 """Tutorial 06: GPU kernels with bind, shared memory and registers (target="cuda").
 
 The schedules of the Triton lecture's examples, written with tensorlang's primitives:
-a vector add over blocks with a tail; a row softmax; then an SGEMM from one output per
+a vector add over blocks with a tail; the fused softmax, one row per block; then an SGEMM from one output per
 thread to shared-memory tiles and register tiles; and a schedule tensorlang refuses (a
 missing barrier), with the two threads that would race.
 
@@ -64,11 +64,15 @@ z = np.zeros(size, "float32")
 run(s, [X, Y, Z], [x, y, z])
 np.testing.assert_allclose(z, x + y)
 
-# ------------------------------------------------------------ 2. a row softmax, one row per
-# thread: each stage (row max, sum of exponentials, the quotient) spreads its outputs over
-# the threads. (One block per row, with the row's reductions shared by the block's threads
-# through shared memory, needs a reduction across threads, which is not implemented yet.)
-rows, cols = tl.var("rows"), tl.var("cols")
+# ------------------------------------------- 2. fused softmax: one row per block (Triton)
+# Triton's fused softmax gives each program one row: it loads the row once, takes its max
+# and the sum of exponentials, and writes the quotients. The same kernel here: three stages
+# (row max, sum, quotient) scheduled by `gpu.rows` into one kernel, a block per row. The
+# block's threads first copy the row to shared memory (16-byte vectors: the row length is
+# a constant multiple of 4), then reduce it across the threads (each thread its strided
+# part, then a tree in shared memory, warp barriers for the last levels), and finally each
+# writes its part of the outputs. Every barrier is one tensorlang inserted and checked.
+rows, cols = tl.var("rows"), 1024
 S = tl.placeholder((rows, cols), name="S")
 kx = tl.reduce_axis((0, cols), name="kx")
 M = tl.compute((rows,), lambda r: tl.max(S[r, kx], axis=kx), name="M")
@@ -76,16 +80,17 @@ ke = tl.reduce_axis((0, cols), name="ke")
 E = tl.compute((rows,), lambda r: tl.sum(tl.exp(S[r, ke] - M[r]), axis=ke), name="E")
 P = tl.compute((rows, cols), lambda r, c: tl.exp(S[r, c] - M[r]) / E[r], name="P")
 s = tl.create_schedule(P)
-for T in (M, E):
-    o, i = s[T].split(T.op.axis[0], factor=64)
-    s[T].bind(o, "blockIdx.x")
-    s[T].bind(i, "threadIdx.x")
-gpu.elementwise(s, P, threads=256)              # fuse (r, c), blocks of 256 threads
-sv = np.random.randn(37, 100).astype("float32")
+gpu.rows(s, P, threads=128)                     # Triton's BLOCK_SIZE: the row's threads
+f = tl.build(s, [S, P], target="cuda")
+print("softmax:", len(f.cuda.launches), "kernel;", f.get_source().count("__syncthreads"),
+      "block barriers,", f.get_source().count("*(const float4 *)"), "float4 load")
+sv = np.random.randn(37, cols).astype("float32")
 pv = np.zeros_like(sv)
 run(s, [S, P], [sv, pv])
 e = np.exp(sv - sv.max(1, keepdims=True))
 np.testing.assert_allclose(pv, e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-6)
+print("softmax of 37 rows of 1024 matches numpy")   # 2255 GB/s on an H100 at 4096 x 4096
+#                                                     (torch 2022): benchmarks/gpu/softmax.py
 
 
 # --------------------------------------------------------------- 3. SGEMM, step by step

@@ -140,6 +140,23 @@ PACK_MIN_FLOPS = 1 << 21   # a matmul this large packs B (the copy costs n*k, th
 GPU_ROW_MIN = 64   # a row (or reduction) this long gets a block of threads; shorter: one
 
 
+GPU_MIN_BLOCKS = 256   # blocks a matmul's grid should have (two per SM of a large GPU)
+
+
+def _gpu_matmul_tiles(m: int, n: int, batch: int = 1):
+    """The block and thread tiles of a GPU matmul: 4 x 4 outputs per thread (16 x 16
+    threads, a 64 x 64 block) when that still gives GPU_MIN_BLOCKS blocks, else 2 x 2,
+    else 1 x 1: a small matmul (an MLP's 1024 x 256) needs more, smaller threads to fill
+    the GPU, a large one the register reuse."""
+    for t in (4, 2, 1):
+        block = (min(16 * t, _pow2(m)), min(16 * t, _pow2(n)))
+        thread = (min(t, block[0]), min(t, block[1]))
+        blocks = -(-m // block[0]) * -(-n // block[1]) * batch
+        if blocks >= GPU_MIN_BLOCKS:
+            break
+    return block, thread
+
+
 def gpu_schedule(out: tl.Tensor, kind: str, fresh, anchor: tl.Tensor | None = None):
     """The default GPU schedule of a group: a matmul (with its epilogue) tiled through
     shared memory and registers (`schedule.gpu.matmul`); a softmax or layer norm as one
@@ -154,8 +171,10 @@ def gpu_schedule(out: tl.Tensor, kind: str, fresh, anchor: tl.Tensor | None = No
         if kind == "matmul":
             mm = anchor if anchor is not None else out
             m, n = (int(x.value) for x in mm.shape[-2:])
-            block = (min(64, _pow2(m)), min(64, _pow2(n)))
-            thread = (min(4, block[0]), min(4, block[1]))
+            batch = 1
+            for x in mm.shape[:-2]:
+                batch *= int(x.value)
+            block, thread = _gpu_matmul_tiles(m, n, batch)
             gpu.matmul(s, mm, block, thread, 8, out=out)
         if kind == "softmax" and len(out.shape) >= 2 and \
                 int(out.shape[-1].value) >= GPU_ROW_MIN:

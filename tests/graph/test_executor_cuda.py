@@ -109,3 +109,16 @@ def test_reductions_run_across_the_threads_of_a_block(simulated, build, shape):
         assert len(kernels) == 1
     text = "\n".join(str(k.lowered) for k in kernels)
     assert "_red = allocate" in text and "sync_threads()" in text   # a tree across threads
+
+
+def test_gpu_matmul_tiles_fill_the_gpu():
+    """Small matmuls (an MLP's) get smaller thread tiles so that the grid has enough blocks;
+    large ones keep 4 x 4 outputs per thread."""
+    from tensorlang.graph.executor import GPU_MIN_BLOCKS, _gpu_matmul_tiles
+
+    assert _gpu_matmul_tiles(4096, 4096) == ((64, 64), (4, 4))
+    for m, n in [(1024, 256), (1024, 10), (784, 256), (1, 1), (3, 5), (100, 1000)]:
+        block, thread = _gpu_matmul_tiles(m, n)
+        blocks = -(-m // block[0]) * -(-n // block[1])
+        assert blocks >= GPU_MIN_BLOCKS or thread == (1, 1)
+        assert block[0] % thread[0] == 0 and block[1] % thread[1] == 0

@@ -101,8 +101,9 @@ class CudaKernel:
         self.buffers, self.params = list(buffers), list(params)
         self.source, self.launches, self.temps = generate(name, self.buffers, self.params,
                                                           body)
-        self._modules: dict[bool, object] = {}
+        self._modules: dict[tuple, object] = {}
         self._wide: dict[tuple, bool] = {}
+        self._configs: dict[tuple, list] = {}
 
     def get_source(self) -> str:
         return self.source
@@ -153,28 +154,40 @@ class CudaKernel:
             g = drv.mem_alloc(max(n * t.dtype.itemsize, 1))
             keep.append(g)
             dev[id(t)] = g
-        err, _ = mod.get_global("tl_error")
-        drv.memset_d8(err, 0, 8 * ERROR_RECORD_LEN)
-        for launch in self.launches:
-            fn = mod.get_function(launch.name)
-            grid = tuple(_eval(x, env) if x is not None else 1 for x in launch.grid)
-            block = tuple(_eval(x, env) if x is not None else 1 for x in launch.block)
-            if 0 in grid or 0 in block:
-                continue  # an empty loop: nothing to launch
-            args = [dev[id(b)] for b in launch.buffers] + \
-                [np.int64(env[p.name]) for p in launch.params]
-            fn(*args, grid=grid, block=block)
-        drv.Context.synchronize()
-        rec = np.zeros(ERROR_RECORD_LEN, np.int64)
-        drv.memcpy_dtoh(rec, err)
-        if rec[0]:
-            site = checks[int(rec[0]) - 1]
-            point = tuple(int(x) for x in rec[3:3 + len(site.axes)])
-            raise IndexBoundsError(site.message(int(rec[1]), int(rec[2]), point),
-                                   dict(zip(site.axes, point)), site.tensor, int(rec[1]),
-                                   site.dim, int(rec[2]))
+        for fn, grid, block, bufs, sizes in self._launches(mod, env):
+            fn(*[dev[id(b)] for b in bufs], *sizes, grid=grid, block=block)
+        if checks:
+            # the record is all zeros between calls (cleared below when a check failed),
+            # so a kernel without index checks costs no synchronisation at all
+            err, _ = mod.get_global("tl_error")
+            rec = np.zeros(ERROR_RECORD_LEN, np.int64)
+            drv.memcpy_dtoh(rec, err)          # waits for the kernels
+            if rec[0]:
+                drv.memset_d8(err, 0, 8 * ERROR_RECORD_LEN)
+                site = checks[int(rec[0]) - 1]
+                point = tuple(int(x) for x in rec[3:3 + len(site.axes)])
+                raise IndexBoundsError(site.message(int(rec[1]), int(rec[2]), point),
+                                       dict(zip(site.axes, point)), site.tensor, int(rec[1]),
+                                       site.dim, int(rec[2]))
         for a, g in copies:
             drv.memcpy_dtoh(a, g)
+
+    def _launches(self, mod, env: dict[str, int]) -> list:
+        """(function, grid, block, buffers, size arguments) of each non-empty launch, for
+        these sizes (cached: a graph executor calls the same kernel with the same sizes)."""
+        key = (id(mod), tuple(sorted(env.items())))
+        got = self._configs.get(key)
+        if got is None:
+            got = []
+            for launch in self.launches:
+                grid = tuple(_eval(x, env) if x is not None else 1 for x in launch.grid)
+                block = tuple(_eval(x, env) if x is not None else 1 for x in launch.block)
+                if 0 in grid or 0 in block:
+                    continue  # an empty loop: nothing to launch
+                got.append((mod.get_function(launch.name), grid, block, launch.buffers,
+                            [np.int64(env[p.name]) for p in launch.params]))
+            self._configs[key] = got
+        return got
 
 
 class NvptxKernel(CudaKernel):
@@ -191,6 +204,7 @@ class NvptxKernel(CudaKernel):
         self.source = compile_ptx(name, self.launches, self.arch)
         self._modules = {}
         self._wide = {}
+        self._configs = {}
 
     def wide(self, env: dict[str, int]) -> bool:
         return False         # 64-bit index arithmetic throughout
