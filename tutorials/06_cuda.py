@@ -1,9 +1,9 @@
 """Tutorial 06: GPU kernels with bind, shared memory and registers (target="cuda").
 
 The schedules of the Triton lecture's examples, written with tensorlang's primitives:
-a vector add over blocks with a tail; the fused softmax, one row per block; then an SGEMM from one output per
-thread to shared-memory tiles and register tiles; and a schedule tensorlang refuses (a
-missing barrier), with the two threads that would race.
+a vector add over blocks with a tail; the fused softmax, one row per block; then an
+SGEMM from one output per thread to shared-memory tiles and register tiles; and a
+schedule tensorlang refuses (a missing barrier), with the two threads that would race.
 
 Building needs no GPU: `tl.build(..., target="cuda")` returns CUDA C (`get_source()`). With
 pycuda and a GPU each kernel runs there and the SGEMM steps print their TFLOPS; without one,
