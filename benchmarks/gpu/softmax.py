@@ -55,18 +55,21 @@ def main() -> None:
     ref = torch.softmax(tx, dim=1).cpu().numpy()
     gb = 2 * n * m * 4 / 1e9
     tt = torch_time(lambda: torch.softmax(tx, dim=1), reps=a.reps)
-    print(f"{'torch.softmax':44s} {gb / tt:7.0f} GB/s")
+    print(f"{'torch.softmax':44s} {gb / tt:7.0f} GB/s (each line below is beside torch "
+          "timed again just before it)")
     for threads, cached in ((128, False), (256, False), (512, False), (128, True),
                             (256, True), (512, True)):
         for target in ("cuda", "nvptx"):
             s, args = softmax(threads, m if cached else None)
             f = tl.build(s, args, target=target)
+            tt = torch_time(lambda: torch.softmax(tx, dim=1), reps=a.reps)
             t, dev = launch_time(f, [x, np.zeros((n, m), np.float32)], {"n": n, "m": m},
                                  reps=a.reps)
             y = fetch(dev[1], np.zeros((n, m), np.float32))
             np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-6)
             label = f"gpu.rows, {threads} threads{', row cached' if cached else ''} [{target}]"
-            print(f"{label:44s} {gb / t:7.0f} GB/s   {tt / t:.2f} x torch")
+            print(f"{label:44s} {gb / t:7.0f} GB/s   {tt / t:.2f} x torch "
+                  f"({gb / tt:.0f} GB/s)")
 
 
 if __name__ == "__main__":
