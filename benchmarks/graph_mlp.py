@@ -60,6 +60,49 @@ def mlp_step(batch: int):
     return [loss, w1 - LR * g1, w2 - LR * g2], feed, (xv, yv, w1v, w2v)
 
 
+def torch_step_fn(xv, yv, w1v, w2v):
+    """torch's version of the step (autograd), or ImportError."""
+    import torch
+
+    tx, ty = torch.from_numpy(xv), torch.from_numpy(yv)
+    tw1 = torch.from_numpy(w1v.copy()).requires_grad_()
+    tw2 = torch.from_numpy(w2v.copy()).requires_grad_()
+
+    def torch_step():
+        out = torch.nn.functional.cross_entropy(torch.relu(tx @ tw1) @ tw2, ty.argmax(1))
+        d1, d2 = torch.autograd.grad(out, [tw1, tw2])
+        with torch.no_grad():
+            return out, tw1 - LR * d1, tw2 - LR * d2
+    return torch_step
+
+
+def bench_system(system: str, batch: int = B):
+    """(step function, check) of one system, for `tensorlang bench`."""
+    nodes, feed, (xv, yv, w1v, w2v) = mlp_step(batch)
+    want = numpy_step(xv, yv, w1v, w2v)
+    out = {}
+    if system == "tensorlang":
+        ex = G.Executor(nodes)
+
+        def fn():
+            out["got"] = ex.run(feed)
+    elif system == "numpy":
+        def fn():
+            out["got"] = numpy_step(xv, yv, w1v, w2v)
+    elif system == "torch":
+        step = torch_step_fn(xv, yv, w1v, w2v)
+
+        def fn():
+            out["got"] = [v.detach().numpy() for v in step()]
+    else:
+        raise NotImplementedError(system)
+
+    def check():
+        for a, b in zip(out["got"], want):
+            np.testing.assert_allclose(a, b, rtol=2e-3, atol=2e-5)
+    return fn, check
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=50)
@@ -80,16 +123,7 @@ def main() -> None:
     try:
         import torch
 
-        tx, ty = torch.from_numpy(xv), torch.from_numpy(yv)
-        tw1 = torch.from_numpy(w1v.copy()).requires_grad_()
-        tw2 = torch.from_numpy(w2v.copy()).requires_grad_()
-
-        def torch_step():
-            out = torch.nn.functional.cross_entropy(torch.relu(tx @ tw1) @ tw2, ty.argmax(1))
-            d1, d2 = torch.autograd.grad(out, [tw1, tw2])
-            with torch.no_grad():
-                return out, tw1 - LR * d1, tw2 - LR * d2
-        systems.append((f"torch {torch.__version__} (CPU)", torch_step))
+        systems.append((f"torch {torch.__version__} (CPU)", torch_step_fn(xv, yv, w1v, w2v)))
     except ImportError:
         systems.append(("torch", None))
     runs: dict[str, list[float]] = {name: [] for name, _ in systems}

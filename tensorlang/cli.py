@@ -117,6 +117,16 @@ def main(argv: list[str] | None = None) -> int:
     d = sub.add_parser("demo", help="declare, lower, build, check and time a matmul")
     d.add_argument("--size", type=int, default=512, help="matrix size n (default 512)")
     d.add_argument("--quick", action="store_true", help="a small, fast run (n = 128)")
+    bn = sub.add_parser("bench", help="the CPU kernels against numpy, torch, TVM and Halide: "
+                        "a Markdown table and a chart in OUT_DIR")
+    bn.add_argument("out_dir", help="folder for RESULTS.md and bench.png")
+    bn.add_argument("--quick", action="store_true", help="tiny sizes, one round (a check)")
+    bn.add_argument("--rounds", type=int, default=3, help="rounds, systems in turn (default 3)")
+    bn.add_argument("--kernels", default="",
+                    help="comma-separated: matmul, elementwise, softmax, layer_norm, conv2d, mlp")
+    bn.add_argument("--peer-python", default=None,
+                    help="a Python interpreter with apache-tvm / halide installed, for those "
+                         "two systems (default: this one)")
     args = parser.parse_args(argv)
     if args.version:
         import tensorlang as tl
@@ -128,6 +138,19 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--size must be >= 1")
         size = 128 if args.quick else args.size
         return demo(size, reps=3 if args.quick else 5)
+    if args.command == "bench":
+        from . import bench
+
+        kernels = [k for k in args.kernels.split(",") if k] or None
+        try:
+            table = bench.run(args.out_dir, quick=args.quick,
+                              rounds=1 if args.quick else max(1, args.rounds), kernels=kernels,
+                              peer_python=args.peer_python)
+        except ValueError as e:
+            parser.error(str(e))
+        print(table)
+        print(f"written: {args.out_dir}/RESULTS.md, {args.out_dir}/bench.png")
+        return 0
     parser.print_help()
     return 0
 

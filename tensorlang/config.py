@@ -4,6 +4,8 @@ TL_DEBUG=1 prints timings of each pass, =2 also loop nests, =3 also LLVM IR, =4 
 maps and dependences. TL_NUM_THREADS sets the size of the parallel thread pool.
 TL_FP_CONTRACT=0 stops the LLVM backend from fusing a*b + c into one multiply-add (the
 default allows it, as C compilers' -ffp-contract=on does within an expression).
+TL_STRICT=1 turns a refused default schedule (the graph executor's, which then runs the
+declared loop nest, correct but up to 200x slower) into an error; the test suite sets it.
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ def num_threads() -> int:
 def fp_contract() -> bool:
     """Whether a*b + c may become one fused multiply-add (TL_FP_CONTRACT, default 1)."""
     return os.environ.get("TL_FP_CONTRACT", "1").strip() not in ("0", "off", "false", "no")
+
+
+def strict() -> bool:
+    """Whether a refused default schedule is an error instead of a fallback (TL_STRICT)."""
+    return os.environ.get("TL_STRICT", "0").strip() not in ("0", "off", "false", "no", "")
 
 
 def debug_print(level: int, title: str, text: object = "") -> None:

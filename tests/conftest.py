@@ -1,5 +1,10 @@
+import os
+
 import numpy as np
 import pytest
+
+# a refused default schedule is an error in the tests, not a quiet 200x slower fallback
+os.environ.setdefault("TL_STRICT", "1")
 
 import tensorlang as tl
 

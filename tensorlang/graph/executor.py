@@ -16,7 +16,7 @@ import numpy as np
 
 import tensorlang as tl
 
-from ..config import debug_print
+from ..config import debug_print, strict
 from ..ir.stmt import LoopKind
 from ..errors import ScheduleError
 from .node import GraphError, Node, topological_order
@@ -44,7 +44,7 @@ def default_schedule(out: tl.Tensor, kind: str, work: int, fresh=None,
         s = fresh()
         st = s[out]
         axes = list(st.op.axis)
-        if not axes:
+        if not axes and kind not in ("softmax", "reduce"):
             return s
         big = work >= 1 << 16
         if kind == "elementwise":
@@ -63,17 +63,26 @@ def default_schedule(out: tl.Tensor, kind: str, work: int, fresh=None,
         elif kind == "matmul":
             _block_matmul(s, anchor if anchor is not None else out, out, big)
             return s
+        elif kind == "conv2d":
+            _block_conv(s, out, big)
+            return s
         elif kind in ("softmax", "reduce"):
             _vector_reduce(s, _lanes(str(out.dtype)), big)
+            return s
+        elif kind == "conv":
+            _window_schedule(s, out, big)
             return s
         elif big and int(out.shape[0].value) > 1:
             st.parallel(axes[0])
         return s
     except ScheduleError as e:
-        # never silent: the declared loop nest can be 200x slower (issue 16 removes these)
-        debug_print(1, f"executor: the default {kind} schedule of {out.name} "
-                       f"{tuple(int(x.value) for x in out.shape)} was refused ({e}); "
-                       "running the declared loop nest")
+        # never silent: the declared loop nest can be 200x slower. TL_STRICT=1 (set by the
+        # test suite) makes it an error, so a refusal fails the tests that meet it.
+        what = (f"executor: the default {kind} schedule of {out.name} "
+                f"{tuple(int(x.value) for x in out.shape)} was refused ({e})")
+        if strict():
+            raise ScheduleError(f"{what}; TL_STRICT=1 forbids the fallback") from e
+        debug_print(1, f"{what}; running the declared loop nest")
         return fresh()
 
 
@@ -107,29 +116,32 @@ def _vector_reduce(s: tl.Schedule, lanes: int, parallel: bool) -> None:
     from ..ir.expr import Var
 
     for st in list(s.stages):
-        if st.inlined or st.state.attach is not None or not st.op.axis:
+        if st.inlined or st.state.attach is not None or \
+                not (st.op.axis or st.op.reduce_axis):
             continue
         t = st.op.output
         red = list(st.op.reduce_axis)
         last = _last_index(st)
         spatial = list(st.op.axis)
-        if red and isinstance(last, Var) and last.name == spatial[-1].var.name and \
+        if red and spatial and isinstance(last, Var) and last.name == spatial[-1].var.name and \
                 int(t.shape[-1].value) >= lanes:
             jo, ji = st.split(spatial[-1], factor=lanes)
             st.reorder(*spatial[:-1], jo, *red, ji)
             st.vectorize(ji)
-        elif len(red) == 1 and isinstance(last, Var) and last.name == red[0].var.name and \
-                int(red[0].extent.value) >= 2 * lanes and _combiner(st) not in ("max", "min"):
-            ko, ki = st.split(red[0], factor=lanes)
+        elif red and isinstance(last, Var) and last.name == red[-1].var.name and \
+                int(red[-1].extent.value) >= 2 * lanes and _combiner(st) not in ("max", "min"):
+            ko, ki = st.split(red[-1], factor=lanes)
             rf = s.rfactor(t, ki)
             kk, *rest = s[rf].op.axis
-            (kr,) = s[rf].op.reduce_axis
-            s[rf].reorder(*rest, kr, kk)
+            s[rf].reorder(*rest, *s[rf].op.reduce_axis, kk)
             s[rf].vectorize(kk)
-            s[rf].compute_at(st, st.op.axis[-1])
+            if spatial:         # else (a total): the partial sums at root, then their sum
+                s[rf].compute_at(st, st.op.axis[-1])
         elif not red and int(t.shape[-1].value) >= 2 * lanes:
             jo, ji = st.split(spatial[-1], factor=lanes)
             st.vectorize(ji)
+        if not spatial:
+            continue
         outer = st.leaf_iter_vars[0]
         if parallel and st.state.loops[0].kind is not LoopKind.VECTORIZED and \
                 not outer.name.startswith(tuple(r.var.name for r in red)):
@@ -256,6 +268,63 @@ def _block_matmul(s: tl.Schedule, mm: tl.Tensor, out: tl.Tensor, parallel: bool)
             s[packed].parallel(pa[0])
 
 
+def _block_conv(s: tl.Schedule, out: tl.Tensor, parallel: bool) -> None:
+    """Direct conv2d (NCHW, OIHW) as a register-blocked matmul: each tile of mr output
+    channels by nv vectors of output columns accumulates in registers over (c, kh, kw) —
+    every step loads nv vectors of one input row (shared by the mr channels) and
+    broadcasts mr weights. The padded input is its own stage, vectorised along its rows;
+    (batch, channel tiles, output rows) run in parallel."""
+    lanes = _lanes(str(out.dtype))
+    nb, oc, oh, ow = (int(x.value) for x in out.shape)
+    flops = nb * oc * oh * ow * int(np.prod([int(r.extent.value) for r in out.op.reduce_axis]))
+    parallel = parallel or flops >= 1 << 16
+    nv = min(4, -(-ow // lanes))
+    mr = min(oc, 4 if nv >= 3 else 8)
+    for st in s.stages:             # the padded copy of the input
+        if st.op is not out.op and st.op.axis and not st.inlined and \
+                st.state.attach is None and int(st.op.output.shape[-1].value) >= 2 * lanes:
+            pa = st.op.axis
+            st.vectorize(st.split(pa[-1], factor=lanes)[1])
+            if parallel:
+                st.parallel(st.fuse(*pa[:-1]))
+    local = s.cache_write(out, "local")
+    st = s[out]
+    n, o, i, j = st.op.axis
+    oo, jo, oi, ji = st.tile(o, j, mr, nv * lanes)
+    st.reorder(n, oo, i, jo, oi, ji)
+    st.vectorize(st.split(ji, factor=lanes)[1])
+    s[local].compute_at(st, jo)
+    lt = s[local]
+    ln, lo, li, lj = lt.op.axis
+    ljo, lji = lt.split(lj, factor=lanes)
+    lt.reorder(ln, li, *lt.op.reduce_axis, lo, ljo, lji)
+    lt.unroll(lo)
+    lt.unroll(ljo)
+    lt.vectorize(lji)
+    if parallel:
+        st.parallel(oo)
+
+
+def _window_schedule(s: tl.Schedule, out: tl.Tensor, parallel: bool) -> None:
+    """Pooling and the convolution adjoints (a small reduction per output element): the
+    last output axis in vectors, with the reduction loops outside the vector lanes (each
+    lane accumulates its own output), every other output axis fused into one parallel
+    loop. Helper stages (max pooling's maxima and counts) get the same at root."""
+    lanes = _lanes(str(out.dtype))
+    for st in list(s.stages):
+        if st.inlined or st.state.attach is not None or not st.op.axis:
+            continue
+        spatial = list(st.op.axis)
+        red = list(st.op.reduce_axis)
+        outer = spatial[:-1]
+        if int(st.op.output.shape[-1].value) >= 2 * lanes:
+            jo, ji = st.split(spatial[-1], factor=lanes)
+            st.reorder(*outer, jo, *red, ji)
+            st.vectorize(ji)
+        if parallel and outer:
+            st.parallel(st.fuse(*outer) if len(outer) > 1 else outer[0])
+
+
 def _kind(op: str, attrs: tuple, shapes: tuple, dtypes: tuple) -> str:
     """The schedule kind of one op for concrete inputs (its TE definition says it)."""
     ins = [tl.placeholder(s, d, name=f"in{k}") for k, (s, d) in enumerate(zip(shapes, dtypes))]
@@ -288,6 +357,18 @@ def compile_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "l
     hit = _KERNELS.get(key)
     if hit is not None:
         return hit
+    s, ins, out = schedule_group(members, shapes, dtypes, target)
+    read = {id(t.op) for t in s.placeholders}
+    used = tuple(k for k, t in enumerate(ins) if id(t.op) in read)  # "like" inputs: shape only
+    name = "graph_" + "_".join(dict.fromkeys(m[0] for m in members))[:48]
+    mod = tl.build(s, [*(ins[k] for k in used), out], name=name, target=target)
+    _KERNELS[key] = (mod, used)
+    return mod, used
+
+
+def schedule_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "llvm"):
+    """The default schedule of a fused group (see `compile_group`), before building:
+    (schedule, input placeholders, output tensor)."""
     ins = [tl.placeholder(s, d, name=f"in{k}") for k, (s, d) in enumerate(zip(shapes, dtypes))]
     tensors, tshapes, kinds = [], [], []
     for op, attrs, operands in members:
@@ -305,17 +386,14 @@ def compile_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "l
 
     def fresh():
         return tl.create_schedule(out)
+    if anchor is not None and not any(st.op is anchor.op for st in fresh().stages):
+        anchor = None       # the output reads only the matmul's shape (an `unreduce`)
     kind = "matmul" if anchor is not None else kinds[-1]
     if target in GPU_TARGETS:
         s = gpu_schedule(out, kind, fresh, anchor)
     else:
         s = default_schedule(out, kind, _work(tshapes[-1], shapes), fresh, anchor)
-    read = {id(t.op) for t in s.placeholders}
-    used = tuple(k for k, t in enumerate(ins) if id(t.op) in read)  # "like" inputs: shape only
-    name = "graph_" + "_".join(dict.fromkeys(m[0] for m in members))[:48]
-    mod = tl.build(s, [*(ins[k] for k in used), out], name=name, target=target)
-    _KERNELS[key] = (mod, used)
-    return mod, used
+    return s, ins, out
 
 
 def _inline_members(tensors: list, keep) -> None:
@@ -416,6 +494,58 @@ def _groups(order, shapes, dtypes, outputs) -> list[list[Node]]:
     return [members[n.id] for n in order if n.id in members]
 
 
+def _members(g: list[Node], ins: list[Node]) -> tuple:
+    """A group's members as `compile_group` takes them."""
+    local = {m.id: j for j, m in enumerate(g)}
+    pos = {i.id: k for k, i in enumerate(ins)}
+    return tuple((m.op, m.attrs, tuple(("node", local[i.id]) if i.id in local
+                                       else ("in", pos[i.id]) for i in m.inputs))
+                 for m in g)
+
+
+def _infer(order, fed: dict[int, tuple]) -> tuple[dict, dict]:
+    """Every node's shape and dtype, from the fed variables' (shape, dtype)."""
+    shapes: dict[int, tuple] = {}
+    dtypes: dict[int, str] = {}
+    for n in order:
+        if n.op == "variable":
+            shapes[n.id], dtypes[n.id] = fed[n.id]
+            continue
+        if n.op == "constant":
+            shapes[n.id], dtypes[n.id] = tuple(n.shape), n.dtype
+            continue
+        ins = [shapes[i.id] for i in n.inputs]
+        try:
+            shapes[n.id] = tuple(OPS[n.op].shape(*ins, **n.kwargs))
+        except ValueError as e:
+            raise GraphError(f"node {n.name} ({n.op}): {e} (input shapes "
+                             f"{', '.join(map(str, ins))})") from None
+        dtypes[n.id] = n.dtype  # inferred when the node was made; feeds are checked
+    return shapes, dtypes
+
+
+def default_schedules(nodes, target: str = "llvm") -> list[tuple[tuple, tl.Schedule]]:
+    """The executor's kernels for `nodes`, scheduled but not built: a list of (the
+    group's nodes, its schedule), in launch order. Every Variable needs a declared shape.
+    Shows which schedule each group gets (`TL_STRICT=1` makes a refusal an error)."""
+    nodes = list(nodes) if isinstance(nodes, (list, tuple)) else [nodes]
+    order = topological_order(nodes)
+    fed = {}
+    for n in order:
+        if n.op == "variable":
+            if n.shape is None:
+                raise GraphError(f"default_schedules: Variable {n.name} has no declared shape")
+            fed[n.id] = (tuple(n.shape), n.dtype)
+    shapes, dtypes = _infer(order, fed)
+    out = []
+    for g in _groups(order, shapes, dtypes, nodes):
+        ins = _Plan._inputs(g)
+        s, _, _ = schedule_group(_members(g, ins), tuple(shapes[i.id] for i in ins),
+                                 tuple(dtypes[i.id] for i in ins), target)
+        out.append((tuple(g), s))
+    return out
+
+
 class _Plan:
     def __init__(self, order, shapes, dtypes, outputs, target="llvm"):
         self.target = target
@@ -441,11 +571,7 @@ class _Plan:
             slot = pool.pop() if pool else self._new(*key)
             self.slot_of[n.id] = slot
             ins = self._inputs(g)
-            local = {m.id: j for j, m in enumerate(g)}
-            pos = {i.id: k for k, i in enumerate(ins)}
-            members = tuple((m.op, m.attrs, tuple(("node", local[i.id]) if i.id in local
-                                                  else ("in", pos[i.id]) for i in m.inputs))
-                            for m in g)
+            members = _members(g, ins)
             try:
                 kernel, used = compile_group(members, tuple(shapes[i.id] for i in ins),
                                              tuple(dtypes[i.id] for i in ins), target)
@@ -574,22 +700,8 @@ class Executor:
         return out
 
     def _plan(self, feeds) -> _Plan:
-        shapes: dict[int, tuple] = {}
-        dtypes: dict[int, str] = {}
-        for n in self.order:
-            if n.op == "variable":
-                shapes[n.id], dtypes[n.id] = tuple(feeds[n.id].shape), str(feeds[n.id].dtype)
-                continue
-            if n.op == "constant":
-                shapes[n.id], dtypes[n.id] = tuple(n.shape), n.dtype
-                continue
-            ins = [shapes[i.id] for i in n.inputs]
-            try:
-                shapes[n.id] = tuple(OPS[n.op].shape(*ins, **n.kwargs))
-            except ValueError as e:
-                raise GraphError(f"node {n.name} ({n.op}): {e} (input shapes "
-                                 f"{', '.join(map(str, ins))})") from None
-            dtypes[n.id] = n.dtype  # inferred when the node was made; feeds are checked
+        shapes, dtypes = _infer(self.order, {i: (tuple(v.shape), str(v.dtype))
+                                             for i, v in feeds.items()})
         return _Plan(self.order, shapes, dtypes, self.outputs,
                      self.target if self.target in GPU_TARGETS else "llvm")
 

@@ -113,7 +113,7 @@ def conv2d_te(ts, shapes, out, stride, padding):
                   tl.reduce_axis((0, kw), "rq"))
     return tl.compute(out, lambda n, o, i, j: tl.sum(
         xp[n, rc, i * stride + rp, j * stride + rq] * w[o, rc, rp, rq], axis=[rc, rp, rq]),
-        name="out"), "conv"
+        name="out"), "conv2d"
 
 
 def conv2d_bx_te(ts, shapes, out, stride, padding):

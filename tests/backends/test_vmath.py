@@ -1,6 +1,8 @@
 """float32 exp in LLVM IR (backends/llvm/vmath.py) against float64 numpy, in ulps: vector
 and scalar lanes, on the host CPU, baseline x86-64 and x86-64-v3."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -98,3 +100,60 @@ def test_an_rfactor_accumulator_is_a_vector_register_not_a_gather():
     out = np.zeros(64, np.float32)
     f(x, out)
     np.testing.assert_allclose(out, x.sum(1), rtol=1e-5)
+
+
+# ------------------------------------------------------------- log, tanh and erf (vmath.py)
+def _erf64(x: np.ndarray) -> np.ndarray:
+    return np.vectorize(math.erf, otypes=[np.float64])(x)
+
+
+FUNCTIONS = {  # name: (te function, float64 reference, bound in ulps, a range to sweep)
+    "log": (tl.log, np.log, 1, (1e-3, 100.0)),
+    "tanh": (tl.tanh, np.tanh, 2, (-12.0, 12.0)),
+    "erf": (tl.erf, _erf64, 3, (-5.0, 5.0)),
+}
+SPECIALS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1e-38, 1.0, -1.0,
+                     0.625, -0.625, 0.62500006, 3.8325, 3.9, -3.9, 3.9000001, 1e30, -1e30,
+                     2.0 ** -126, 0.70710677, 0.7071068, 1.4142135], np.float32)
+
+
+def build_fn(fn, target, vector: bool):
+    n = tl.var("n")
+    X = tl.placeholder((n,), name="X")
+    Y = tl.compute((n,), lambda i: fn(X[i]), name="Y")
+    s = tl.create_schedule(Y)
+    if vector:
+        o, i = s[Y].split(Y.op.axis[0], factor=16)
+        s[Y].vectorize(i)
+    return tl.build(s, [X, Y], target=target)
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+@pytest.mark.parametrize("vector", [True, False])
+def test_log_tanh_erf_are_within_their_ulp_bounds(cpu_target, name, vector):
+    fn, ref, bound, (lo, hi) = FUNCTIONS[name]
+    f = build_fn(fn, cpu_target, vector)
+    rng = np.random.default_rng(2)
+    bits = rng.integers(0, 2 ** 32, 1 << 17, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    for x in (bits, rng.uniform(lo, hi, 1 << 17).astype(np.float32),
+              np.linspace(lo, hi, 1 << 17, dtype=np.float32), SPECIALS):
+        got = run(f, x)
+        x64 = x.astype(np.float64)
+        with np.errstate(all="ignore"):
+            true = ref(x64)
+        want = true.astype(np.float32)
+        special = ~np.isfinite(want) | np.isnan(x) | (want == 0)
+        np.testing.assert_array_equal(got[special], want[special])   # inf, 0, NaN exactly
+        spacing = np.spacing(np.abs(want[~special])).astype(np.float64)
+        err = np.abs(got[~special].astype(np.float64) - true[~special]) / spacing
+        assert err.max() <= bound, (name, x[~special][err.argmax()], err.max())
+        assert np.all(np.signbit(got[x == 0]) == np.signbit(x[x == 0])) or name == "log"
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_vector_log_tanh_erf_have_no_call_per_lane(name):
+    f = build_fn(FUNCTIONS[name][0], "llvm", True)
+    ir = f.get_source("ll")
+    assert f"llvm.{name}." not in ir and f"@{name}f" not in ir and "call float @" not in ir
+    x = np.random.default_rng(3).uniform(0.01, 3, 1000).astype(np.float32)
+    np.testing.assert_array_equal(run(f, x), run(build_fn(FUNCTIONS[name][0], "llvm", False), x))

@@ -151,7 +151,7 @@ class VectorContext:
         return substitute(e, self.lets) if self.lets else e
 
     # ---------------------------------------------------------------------- addresses
-    def _kind(self, indices, buf=None) -> tuple[str, tuple[Expr, ...]]:
+    def _kind(self, indices, buf=None, extents=None) -> tuple[str, tuple[Expr, ...]]:
         """'contiguous', 'uniform' or 'gather' for an access, with Let variables expanded.
         Contiguous: consecutive lanes are consecutive elements of the row-major buffer
         (the last index grows by 1, or an earlier one whose inner extents are all 1, as
@@ -167,7 +167,7 @@ class VectorContext:
         if buf is not None and None not in cs:
             stride: int | None = 1        # elements between neighbours of this dimension
             flat = 0
-            for c, ext in zip(reversed(cs), reversed(buf.shape)):
+            for c, ext in zip(reversed(cs), reversed(extents or buf.shape)):
                 if c:
                     if stride is None:
                         break
@@ -233,7 +233,7 @@ class VectorContext:
 
         mt = memory_type(e.buffer.dtype)
         vt = ir.VectorType(mt, self.lanes)
-        kind, idx = self._kind(e.indices, e.buffer)
+        kind, idx = self._kind(e.indices, e.buffer, cg.extents(e.buffer))
         if kind == "uniform":
             if self.mask is None:
                 v = b.load(self._scalar_address(cg, e.buffer, idx))
@@ -273,7 +273,7 @@ class VectorContext:
         b = cg.builder
         v = cg.splat(v)
         vt = v.type
-        kind, idx = self._kind(s.indices, s.buffer)
+        kind, idx = self._kind(s.indices, s.buffer, cg.extents(s.buffer))
         if kind == "contiguous":
             ptr = b.bitcast(self._scalar_address(cg, s.buffer, idx), vt.as_pointer())
             if self.mask is None:

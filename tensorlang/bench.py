@@ -1,0 +1,687 @@
+"""`tensorlang bench`: the CPU kernels of the performance goals, each against its peers, in
+separate processes taken in turn, written as a Markdown table and a chart.
+
+Kernels (full size / `--quick` size): matmul 1024^3 and 127x781x253 (GFLOPS), the fused
+elementwise E = D + (A+B)*C over 2^24 floats (GB/s: 4 reads and a write), softmax and layer
+norm over the rows of 4096 x 1024 (GB/s: a read and a write), conv2d 1x64x56x56 -> 64 with
+3x3 filters (GFLOPS), and one SGD step of benchmarks/graph_mlp.py's MLP (steps/s).
+
+Systems: tensorlang (the graph executor's default schedules, as a user of `G.Executor`
+meets them), numpy, torch, TVM and Halide. TVM and Halide run the elementwise kernel and
+the matmul with the schedules their tutorials teach (TVM: tile 32x32, vectorise, parallel;
+Halide: tile, vectorise, parallel); a peer that is not installed is left blank, and
+`--peer-python` names another interpreter for them (their wheels may want other numpy
+versions than tensorlang's environment). Every system runs in a fresh process (one system's
+spinning thread pool cannot steal the next one's cores), each result is checked against
+numpy, and the figure is the median over `--rounds` rounds.
+
+The machine's own limits come first: the FMA peak (an LLVM loop of independent fused
+multiply-adds on the widest vector registers, one per core) and the copy bandwidth (numpy
+copies in every core); each kernel is also stated as a fraction of the one that bounds it.
+
+Usage: tensorlang bench OUT_DIR [--quick] [--rounds 3] [--kernels matmul,softmax,...]
+       python -m tensorlang.bench --worker KERNEL SYSTEM [--quick]   (one measurement, JSON)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+SYSTEMS = ("tensorlang", "numpy", "torch", "tvm", "halide")
+PEERS = ("tvm", "halide")
+
+
+def _time(fn, min_calls: int = 5, min_s: float = 0.3) -> float:
+    """The median time of single calls (after one warm-up call)."""
+    fn()
+    times: list[float] = []
+    end = time.perf_counter() + min_s
+    while len(times) < min_calls or time.perf_counter() < end:
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _threads() -> int:
+    return os.cpu_count() or 1
+
+
+# ------------------------------------------------------------------------- the kernels
+class Kernel:
+    """One benchmark: `setup(system, quick)` returns (fn, check) or raises ImportError
+    when the system is not installed, NotImplementedError when it has no version here."""
+
+    name = ""
+    unit = ""          # GFLOPS, GB/s or steps/s: higher is better
+    bound = ""         # "flops" or "bandwidth": the peak it is a fraction of
+
+    def amount(self, quick: bool) -> float:
+        """FLOPs, bytes or steps per call."""
+        raise NotImplementedError
+
+    def size(self, quick: bool) -> str:
+        raise NotImplementedError
+
+    def setup(self, system: str, quick: bool):
+        raise NotImplementedError
+
+
+class Matmul(Kernel):
+    unit, bound = "GFLOPS", "flops"
+
+    def __init__(self, name, m, k, n):
+        self.name, self.mkn = name, (m, k, n)
+
+    def dims(self, quick):
+        return (64, 48, 80) if quick else self.mkn
+
+    def size(self, quick):
+        return "x".join(map(str, self.dims(quick)))
+
+    def amount(self, quick):
+        m, k, n = self.dims(quick)
+        return 2.0 * m * k * n
+
+    def setup(self, system, quick):
+        m, k, n = self.dims(quick)
+        rng = np.random.default_rng(0)
+        a = rng.standard_normal((m, k)).astype("float32")
+        b = rng.standard_normal((k, n)).astype("float32")
+        c = np.zeros((m, n), "float32")
+
+        def check():
+            np.testing.assert_allclose(c, a @ b, rtol=1e-3, atol=1e-3 * np.sqrt(k))
+        if system == "tensorlang":
+            import tensorlang.graph as G
+
+            x, y = G.Variable("a", (m, k), "float32"), G.Variable("b", (k, n), "float32")
+            ex = G.Executor([x @ y])
+            out = {}
+
+            def fn():
+                out["c"] = ex.run({x: a, y: b})[0]
+
+            def check():  # noqa: F811
+                np.testing.assert_allclose(out["c"], a @ b, rtol=1e-3, atol=1e-3 * np.sqrt(k))
+            return fn, check
+        if system == "numpy":
+            return (lambda: np.matmul(a, b, out=c)), check
+        if system == "torch":
+            import torch
+
+            torch.set_num_threads(_threads())
+            ta, tb, tc = (torch.from_numpy(v) for v in (a, b, c))
+            return (lambda: torch.mm(ta, tb, out=tc)), check
+        if system == "tvm":
+            return _tvm_matmul(a, b, c), check
+        if system == "halide":
+            return _halide_matmul(a, b, c), check
+        raise NotImplementedError(system)
+
+
+class Elementwise(Kernel):
+    name, unit, bound = "E = D + (A+B)*C", "GB/s", "bandwidth"
+
+    def n(self, quick):
+        return 1 << 12 if quick else 1 << 24
+
+    def size(self, quick):
+        return f"2^{self.n(quick).bit_length() - 1}"
+
+    def amount(self, quick):
+        return 5.0 * 4 * self.n(quick)   # bytes: four reads and a write
+
+    def setup(self, system, quick):
+        n = self.n(quick)
+        rng = np.random.default_rng(0)
+        A, B, C, D = (rng.random(n, dtype=np.float32) for _ in range(4))
+        E = np.zeros(n, np.float32)
+        out = {"e": E}
+
+        def check():
+            np.testing.assert_allclose(out["e"], D + (A + B) * C, rtol=1e-6)
+        if system == "tensorlang":
+            import tensorlang.graph as G
+
+            vs = [G.Variable(s, (n,), "float32") for s in "ABCD"]
+            ex = G.Executor([vs[3] + (vs[0] + vs[1]) * vs[2]])
+            feed = dict(zip(vs, (A, B, C, D)))
+
+            def fn():
+                out["e"] = ex.run(feed)[0]
+            return fn, check
+        if system == "numpy":
+            def fn():
+                np.add(A, B, out=E)
+                np.multiply(E, C, out=E)
+                np.add(E, D, out=E)
+            return fn, check
+        if system == "torch":
+            import torch
+
+            torch.set_num_threads(_threads())
+            tA, tB, tC, tD, tE = (torch.from_numpy(v) for v in (A, B, C, D, E))
+            tmp = torch.empty_like(tA)
+
+            def fn():
+                torch.add(tA, tB, out=tmp)
+                torch.mul(tmp, tC, out=tmp)
+                torch.add(tmp, tD, out=tE)
+            return fn, check
+        if system == "tvm":
+            return _tvm_elementwise(A, B, C, D, E), check
+        if system == "halide":
+            return _halide_elementwise(A, B, C, D, E), check
+        raise NotImplementedError(system)
+
+
+class Rows(Kernel):
+    """softmax or layer norm over the rows of a matrix."""
+
+    unit, bound = "GB/s", "bandwidth"
+
+    def __init__(self, name, op):
+        self.name, self.op = name, op
+
+    def dims(self, quick):
+        return (64, 96) if quick else (4096, 1024)
+
+    def size(self, quick):
+        return "x".join(map(str, self.dims(quick)))
+
+    def amount(self, quick):
+        r, c = self.dims(quick)
+        return 2.0 * 4 * r * c
+
+    def reference(self, x):
+        if self.op == "softmax":
+            e = np.exp(x - x.max(1, keepdims=True))
+            return e / e.sum(1, keepdims=True)
+        return (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-5)
+
+    def setup(self, system, quick):
+        r, c = self.dims(quick)
+        x = np.random.default_rng(0).standard_normal((r, c)).astype("float32")
+        out = {}
+
+        def check():
+            np.testing.assert_allclose(out["y"], self.reference(x.astype("f8")),
+                                       rtol=1e-4, atol=1e-5)
+        if system == "tensorlang":
+            import tensorlang.graph as G
+
+            v = G.Variable("x", (r, c), "float32")
+            ex = G.Executor([G.softmax(v, axis=-1) if self.op == "softmax"
+                             else G.layer_norm(v)])
+
+            def fn():
+                out["y"] = ex.run({v: x})[0]
+            return fn, check
+        if system == "numpy":
+            def fn():
+                out["y"] = self.reference(x)
+            return fn, check
+        if system == "torch":
+            import torch
+
+            torch.set_num_threads(_threads())
+            tx = torch.from_numpy(x)
+            op = (lambda: torch.softmax(tx, 1)) if self.op == "softmax" else \
+                (lambda: torch.nn.functional.layer_norm(tx, (c,)))
+
+            def fn():
+                out["y"] = op().numpy()
+            return fn, check
+        raise NotImplementedError(system)
+
+
+class Conv2d(Kernel):
+    name, unit, bound = "conv2d 3x3", "GFLOPS", "flops"
+
+    def dims(self, quick):
+        return (1, 8, 12, 8) if quick else (1, 64, 56, 64)   # n, c, h = w, k
+
+    def size(self, quick):
+        n, c, h, k = self.dims(quick)
+        return f"{n}x{c}x{h}x{h}->{k}"
+
+    def amount(self, quick):
+        n, c, h, k = self.dims(quick)
+        return 2.0 * n * k * c * 9 * h * h
+
+    def setup(self, system, quick):
+        from .graph.nnops import conv2d_ref
+
+        n, c, h, k = self.dims(quick)
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((n, c, h, h)).astype("float32")
+        w = (rng.standard_normal((k, c, 3, 3)) * 0.1).astype("float32")
+        out = {}
+
+        def check():
+            want = conv2d_ref(x.astype("f8"), w.astype("f8"), 1, 1)
+            np.testing.assert_allclose(out["y"], want, rtol=1e-3, atol=1e-3)
+        if system == "tensorlang":
+            import tensorlang.graph as G
+
+            vx, vw = G.Variable("x", x.shape, "float32"), G.Variable("w", w.shape, "float32")
+            ex = G.Executor([G.conv2d(vx, vw, padding=1)])
+
+            def fn():
+                out["y"] = ex.run({vx: x, vw: w})[0]
+            return fn, check
+        if system == "numpy":
+            wm = w.reshape(k, -1)
+
+            def fn():      # im2col + one matmul (OpenBLAS)
+                xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+                cols = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))
+                cols = cols.transpose(0, 1, 4, 5, 2, 3).reshape(n, c * 9, h * h)
+                out["y"] = np.matmul(wm, cols).reshape(n, k, h, h)
+            return fn, check
+        if system == "torch":
+            import torch
+
+            torch.set_num_threads(_threads())
+            tx, tw = torch.from_numpy(x), torch.from_numpy(w)
+
+            def fn():
+                out["y"] = torch.nn.functional.conv2d(tx, tw, padding=1).numpy()
+            return fn, check
+        raise NotImplementedError(system)
+
+
+class MlpStep(Kernel):
+    name, unit, bound = "MLP SGD step", "steps/s", ""
+
+    def size(self, quick):
+        return "batch 16" if quick else "batch 128, 784-256-10"
+
+    def amount(self, quick):
+        return 1.0
+
+    def setup(self, system, quick):
+        import importlib.util
+
+        here = os.path.dirname(os.path.abspath(__file__))
+        path = os.path.join(os.path.dirname(here), "benchmarks", "graph_mlp.py")
+        if not os.path.exists(path):
+            raise NotImplementedError("benchmarks/graph_mlp.py is not next to the package")
+        spec = importlib.util.spec_from_file_location("graph_mlp", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod.bench_system(system, batch=16 if quick else mod.B)
+
+
+KERNELS = {k.name: k for k in (
+    Matmul("matmul 1024", 1024, 1024, 1024), Matmul("matmul 127x781x253", 127, 781, 253),
+    Elementwise(), Rows("softmax rows", "softmax"), Rows("layer norm rows", "layer_norm"),
+    Conv2d(), MlpStep())}
+SHORT = {"matmul": ["matmul 1024", "matmul 127x781x253"], "elementwise": ["E = D + (A+B)*C"],
+         "softmax": ["softmax rows"], "layer_norm": ["layer norm rows"],
+         "conv2d": ["conv2d 3x3"], "mlp": ["MLP SGD step"]}
+
+
+# -------------------------------------------------------------------------- the peers
+def _tvm_target():
+    import tvm
+
+    from tvm.target import codegen
+
+    return tvm.target.Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu(),
+                              "num-cores": _threads()})
+
+
+def _tvm_run(sch_or_func, arrays):
+    import tvm
+
+    lib = tvm.compile(sch_or_func.mod, target=_tvm_target())
+    f = lib["main"]
+    dev = tvm.cpu()
+    args = [tvm.runtime.tensor(v, dev) for v in arrays]
+    out = arrays[-1]
+
+    def fn():
+        f(*args)
+        np.copyto(out, args[-1].numpy())
+    return fn
+
+
+def _tvm_elementwise(A, B, C, D, E):
+    from tvm import s_tir, te
+
+    n = len(A)
+    ts = [te.placeholder((n,), name=s) for s in "ABCD"]
+    out = te.compute((n,), lambda i: ts[3][i] + (ts[0][i] + ts[1][i]) * ts[2][i], name="E")
+    sch = s_tir.Schedule(te.create_prim_func([*ts, out]))
+    (i,) = sch.get_loops(sch.get_sblock("E"))
+    io, ii, iv = sch.split(i, [None, 64, 16])
+    sch.parallel(io)
+    sch.vectorize(iv)
+    return _tvm_run(sch, [A, B, C, D, E])
+
+
+def _tvm_matmul(a, b, c):
+    from tvm import s_tir, te
+
+    m, k = a.shape
+    n = b.shape[1]
+    A, B = te.placeholder((m, k), name="A"), te.placeholder((k, n), name="B")
+    r = te.reduce_axis((0, k), name="k")
+    C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    sch = s_tir.Schedule(te.create_prim_func([A, B, C]))
+    blk = sch.get_sblock("C")
+    i, j, kk = sch.get_loops(blk)
+    io, ii = sch.split(i, [None, 32])
+    jo, ji = sch.split(j, [None, 32])
+    ko, ki = sch.split(kk, [None, 4])
+    sch.reorder(io, jo, ko, ki, ii, ji)
+    sch.vectorize(ji)
+    sch.parallel(io)
+    return _tvm_run(sch, [a, b, c])
+
+
+def _halide_elementwise(A, B, C, D, E):
+    import halide as hl
+
+    ins = [hl.ImageParam(hl.Float(32), 1, s) for s in "ABCD"]
+    x, xo, xi = hl.Var("x"), hl.Var("xo"), hl.Var("xi")
+    f = hl.Func("E")
+    f[x] = ins[3][x] + (ins[0][x] + ins[1][x]) * ins[2][x]
+    f.split(x, xo, xi, min(1 << 14, len(A))).parallel(xo).vectorize(xi, 16)
+    f.compile_jit(hl.get_jit_target_from_environment())
+    for p, v in zip(ins, (A, B, C, D)):
+        p.set(hl.Buffer(v))
+    ob = hl.Buffer(E)
+    return lambda: f.realize(ob)
+
+
+def _halide_matmul(a, b, c):
+    import halide as hl
+
+    pa, pb = hl.ImageParam(hl.Float(32), 2, "A"), hl.ImageParam(hl.Float(32), 2, "B")
+    k = a.shape[1]
+    x, y, xi, yi = hl.Var("x"), hl.Var("y"), hl.Var("xi"), hl.Var("yi")
+    r = hl.RDom([(0, k)])
+    prod = hl.Func("prod")
+    prod[x, y] = 0.0
+    prod[x, y] += pa[r.x, y] * pb[x, r.x]          # Halide's x is the column
+    out = hl.Func("C")
+    out[x, y] = prod[x, y]
+    out.tile(x, y, xi, yi, 32, 8).vectorize(xi, 16).parallel(y)
+    prod.compute_at(out, x).vectorize(x, 16)
+    prod.update().reorder(x, y, r.x).vectorize(x, 16).unroll(y)
+    out.compile_jit(hl.get_jit_target_from_environment())
+    pa.set(hl.Buffer(a))
+    pb.set(hl.Buffer(b))
+    ob = hl.Buffer(c)
+    return lambda: out.realize(ob)
+
+
+# ------------------------------------------------------------------ machine and workers
+def peak_flops(seconds: float = 0.3) -> tuple[float, int]:
+    """Single-precision FMA peak of this machine (FLOP/s, all cores) and the vector width
+    (bits) it used: an LLVM loop of 16 independent fused multiply-adds on the widest
+    vectors of the host CPU, one thread per core."""
+    import ctypes
+    import threading
+
+    import llvmlite.binding as llvm
+
+    from .target import Target
+
+    host = Target.parse("llvm")
+    lanes = host.vector_lanes("float32")
+    vt = f"<{lanes} x float>"
+    acc = 16
+    body = "\n".join(f"  %a{i}.n = call {vt} @llvm.fmuladd.v{lanes}f32({vt} %a{i}, {vt} %x, "
+                     f"{vt} %y)" for i in range(acc))
+    phis = "\n".join(f"  %a{i} = phi {vt} [ %init, %entry ], [ %a{i}.n, %loop ]"
+                     for i in range(acc))
+    sums = "\n".join(f"  %s{i} = fadd {vt} %s{i - 1}, %a{i}.n" for i in range(1, acc))
+    ir_text = f"""
+declare {vt} @llvm.fmuladd.v{lanes}f32({vt}, {vt}, {vt})
+define float @peak(i64 %n, float %seed) {{
+entry:
+  %v0 = insertelement {vt} undef, float %seed, i32 0
+  %init = shufflevector {vt} %v0, {vt} undef, <{lanes} x i32> zeroinitializer
+  %x = fadd {vt} %init, %init
+  %y = fsub {vt} %init, %x
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %i.n, %loop ]
+{phis}
+{body}
+  %i.n = add i64 %i, 1
+  %done = icmp eq i64 %i.n, %n
+  br i1 %done, label %exit, label %loop
+exit:
+  %s0 = fadd {vt} %a0.n, zeroinitializer
+{sums}
+  %r = extractelement {vt} %s{acc - 1}, i32 0
+  ret float %r
+}}
+"""
+    from .backends.llvm.jit import parse_and_optimise
+    from .backends.llvm.target import new_target_machine, target_machine
+
+    mod = parse_and_optimise(ir_text, target_machine(host))
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine(host))
+    engine.add_object_file(llvm.ObjectFileRef.from_data(target_machine(host).emit_object(mod)))
+    engine.finalize_object()
+    fn = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_int64, ctypes.c_float)(
+        engine.get_function_address("peak"))
+    fn(1000, 1.0)
+    iters = 1 << 16
+    t0 = time.perf_counter()
+    fn(iters, 1.0)
+    once = time.perf_counter() - t0
+    iters = max(iters, int(iters * seconds / max(once, 1e-9)))
+    threads = [threading.Thread(target=fn, args=(iters, 1.0)) for _ in range(_threads())]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    return iters * acc * lanes * 2 * len(threads) / elapsed, lanes * 32
+
+
+def copy_bandwidth(mbytes: int = 256) -> float:
+    """Bytes/s of numpy copies in every core at once (a read and a write counted)."""
+    import threading
+
+    n = mbytes * (1 << 20) // 4 // _threads()
+    pairs = [(np.ones(n, np.float32), np.empty(n, np.float32)) for _ in range(_threads())]
+
+    def copy(a, b):
+        for _ in range(5):
+            np.copyto(b, a)
+    best = 0.0
+    for _ in range(3):
+        threads = [threading.Thread(target=copy, args=p) for p in pairs]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        best = max(best, 5 * 2 * 4 * n * len(pairs) / (time.perf_counter() - t0))
+    return best
+
+
+def worker(kernel: str, system: str, quick: bool) -> dict:
+    """One measurement in this process: {"value": ...} or {"skip": why}."""
+    k = KERNELS[kernel]
+    try:
+        fn, check = k.setup(system, quick)
+    except ImportError as e:
+        return {"skip": f"not installed ({e.name})"}
+    except NotImplementedError as e:
+        return {"skip": f"no {system} version here{': ' + str(e) if str(e) != system else ''}"}
+    fn()
+    check()
+    t = _time(fn, min_s=0.05 if quick else 0.5)
+    value = k.amount(quick) / t
+    if k.unit in ("GFLOPS", "GB/s"):
+        value /= 1e9
+    return {"value": value}
+
+
+def _run_worker(kernel, system, quick, python, timeout) -> dict:
+    # another interpreter (--peer-python) runs this file itself: tensorlang's own
+    # dependencies need not be installed there
+    entry = ["-m", "tensorlang.bench"] if python == sys.executable else \
+        [os.path.abspath(__file__)]
+    cmd = [python, *entry, "--worker", kernel, system] + (["--quick"] if quick else [])
+    env = dict(os.environ)
+    env.setdefault("TVM_NUM_THREADS", str(_threads()))
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = here + os.pathsep + env.get("PYTHONPATH", "")
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"skip": f"timed out after {timeout} s"}
+    lines = [x for x in p.stdout.splitlines() if x.startswith("{")]
+    if p.returncode != 0 or not lines:
+        tail = (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1]
+        return {"error": tail[:200]}
+    return json.loads(lines[-1])
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{cpu}, {_threads()} cores"
+
+
+def run(out_dir: str, quick: bool = False, rounds: int = 3, kernels=None,
+        peer_python: str | None = None, progress=print) -> str:
+    """Measure, write OUT_DIR/RESULTS.md and OUT_DIR/bench.png, return the table."""
+    names = list(KERNELS) if not kernels else [n for s in kernels for n in SHORT.get(s, [s])]
+    for n in names:
+        if n not in KERNELS:
+            raise ValueError(f"bench: unknown kernel {n!r}; choose from {', '.join(SHORT)}")
+    os.makedirs(out_dir, exist_ok=True)
+    flops, bits = peak_flops(0.05 if quick else 0.3)
+    bw = copy_bandwidth(16 if quick else 256)
+    progress(f"machine: {machine()}; FMA peak {flops / 1e9:.0f} GFLOPS ({bits}-bit vectors), "
+             f"copy bandwidth {bw / 1e9:.1f} GB/s")
+    results: dict[tuple, list] = {}
+    notes: dict[tuple, str] = {}
+    for r in range(rounds):
+        for n in names:
+            for system in SYSTEMS:
+                if notes.get((n, system), "").startswith(("not installed", "no ")):
+                    continue
+                python = peer_python if system in PEERS and peer_python else sys.executable
+                got = _run_worker(n, system, quick, python, 120 if quick else 600)
+                if "value" in got:
+                    results.setdefault((n, system), []).append(got["value"])
+                else:
+                    notes[(n, system)] = got.get("skip") or "error: " + got["error"]
+                progress(f"  round {r + 1}/{rounds} {n:20s} {system:10s} "
+                         f"{got.get('value', 0):10.2f} {got.get('skip', got.get('error', ''))}")
+    table = _table(names, quick, results, notes, flops, bw, bits)
+    with open(os.path.join(out_dir, "RESULTS.md"), "w") as f:
+        f.write(table)
+    _chart(names, quick, results, flops, bw, os.path.join(out_dir, "bench.png"))
+    return table
+
+
+def _table(names, quick, results, notes, flops, bw, bits) -> str:
+    from .target import Target
+
+    t = Target.parse("llvm")
+    lines = [f"# tensorlang bench ({time.strftime('%Y-%m-%d')})", "",
+             f"Machine: {machine()}; target {t.cpu} with {bits}-bit vectors. Measured FMA "
+             f"peak {flops / 1e9:.0f} GFLOPS, copy bandwidth {bw / 1e9:.1f} GB/s "
+             "(numpy copies in every core).", "",
+             "Median over rounds; every system in its own process, taken in turn; higher is "
+             "better. Ratio: tensorlang / the best of the other systems measured.", "",
+             "| kernel | size | unit | " + " | ".join(SYSTEMS) +
+             " | tensorlang / best other | tensorlang, fraction of peak |",
+             "|" + "---|" * (len(SYSTEMS) + 5)]
+    foot = []
+    for n in names:
+        k = KERNELS[n]
+        med = {s: statistics.median(v) for (kn, s), v in results.items() if kn == n}
+        cells = []
+        for s in SYSTEMS:
+            if s in med:
+                cells.append(f"{med[s]:.1f}")
+            else:
+                note = notes.get((n, s), "")
+                cells.append("—" if note.startswith(("not installed", "no ")) else "error")
+                if note and not note.startswith("not installed"):
+                    foot.append(f"- {n}, {s}: {note}")
+        others = [v for s, v in med.items() if s != "tensorlang"]
+        ratio = f"{med['tensorlang'] / max(others):.2f}" if others and "tensorlang" in med \
+            else "—"
+        peak = {"flops": flops / 1e9, "bandwidth": bw / 1e9}.get(k.bound)
+        frac = f"{med['tensorlang'] / peak:.2f}" if peak and "tensorlang" in med else "—"
+        lines.append(f"| {n} | {k.size(quick)} | {k.unit} | " + " | ".join(cells) +
+                     f" | {ratio} | {frac} |")
+    if foot:
+        lines += ["", "Notes:"] + sorted(set(foot))
+    return "\n".join(lines) + "\n"
+
+
+def _chart(names, quick, results, flops, bw, path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    width = 0.8 / len(SYSTEMS)
+    for j, s in enumerate(SYSTEMS):
+        xs, ys = [], []
+        for i, n in enumerate(names):
+            k = KERNELS[n]
+            peak = {"flops": flops / 1e9, "bandwidth": bw / 1e9}.get(k.bound)
+            if (n, s) in results and peak:
+                xs.append(i + (j - len(SYSTEMS) / 2) * width + width / 2)
+                ys.append(statistics.median(results[(n, s)]) / peak)
+        if xs:
+            ax.bar(xs, ys, width, label=s)
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels([n for n in names], rotation=15, fontsize=8)
+    ax.set_ylabel("fraction of the machine's peak (FMA or copy bandwidth)")
+    ax.set_title(f"tensorlang bench{' (quick sizes)' if quick else ''}: {machine()}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="tensorlang bench", description=__doc__.splitlines()[0])
+    p.add_argument("--worker", nargs=2, metavar=("KERNEL", "SYSTEM"))
+    p.add_argument("--quick", action="store_true")
+    a = p.parse_args(argv)
+    if a.worker:
+        print(json.dumps(worker(a.worker[0], a.worker[1], a.quick)))
+        return 0
+    p.print_help()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""The graph executor's default CPU schedules are smooth in n: for every op kind, at sizes
+from 1 to 4096, each group gets its intended schedule (vectorised, register-blocked,
+parallel where the work is large), never the declared loop nest that a refused primitive
+used to fall back to (TL_STRICT=1, set in conftest, makes that fallback an error).
+Only scheduling is checked here (no build): `executor.default_schedules`."""
+
+import math
+
+import numpy as np
+import pytest
+
+import tensorlang as tl
+import tensorlang.graph as G
+from tensorlang.graph import executor as E
+
+SIZES = (1, 2, 3, 7, 17, 64, 127, 1000, 1025, 4096)
+LANES = E._lanes("float32")
+BIG = 1 << 16            # the executor's "large work" threshold (parallel loops)
+
+
+def _kinds(s: tl.Schedule) -> set[str]:
+    return {lp.kind.name for st in s.stages for lp in st.state.loops} - {"SERIAL"}
+
+
+def _cases(n):
+    """(name, nodes, the loop kinds each group must have) at size n."""
+    x = G.Variable("x", (n, n), "float32")
+    y = G.Variable("y", (n, n), "float32")
+    r = G.Variable("r", (n,), "float32")
+    work = n * n
+    vec = {"VECTORIZED"} if work >= 2 * LANES else set()
+    par = {"PARALLEL"} if work >= BIG else set()
+    for name, node in (("add", x + y), ("broadcast", G.relu(x + r)),
+                       ("exp_tanh", G.tanh(G.exp(x)) * y), ("transpose", G.transpose(x))):
+        yield name, [node], vec | par
+    row = ({"VECTORIZED"} if n >= 2 * LANES else set()) | par
+    yield "sum_rows", [G.sum(x, axis=-1)], row
+    yield "softmax", [G.softmax(x, axis=-1)], row
+    yield "log_softmax", [G.log_softmax(x, axis=-1)], row
+    yield "total_mean", [G.mean(x)], {"VECTORIZED"} if n >= 2 * LANES else set()
+    yield "sum_columns", [G.sum(x, axis=0)], ({"VECTORIZED"} if n >= LANES else set()) | par
+    yield "max_rows", [G.max(x, axis=-1)], par   # LLVM vectorises a max well by itself
+    mm = {"UNROLLED", "VECTORIZED"} | ({"PARALLEL"} if n ** 3 >= BIG else set())
+    yield "matmul", [G.matmul(x, y)], mm
+    yield "matmul_bias_relu", [G.relu(G.matmul(x, y) + r)], mm
+    yield "matmul_tb", [G.make("matmul", (x, y), ta=False, tb=True)], mm
+    yield "matmul_ta", [G.make("matmul", (x, y), ta=True, tb=False)], mm
+    m = min(n, 256)
+    img = G.Variable("img", (1, 8, m, m), "float32")
+    w = G.Variable("w", (8, 8, 3, 3), "float32")
+    big = 8 * m * m * 8 * 9 >= BIG
+    if m >= 3:
+        yield "conv2d", [G.conv2d(img, w, padding=1)], \
+            {"UNROLLED", "VECTORIZED"} | ({"PARALLEL"} if big else set())
+    if m >= 2:
+        pooled = m // 2
+        yield "max_pool", [G.max_pool2d(img, 2)], \
+            ({"VECTORIZED"} if pooled >= 2 * LANES else set()) | \
+            ({"PARALLEL"} if 8 * pooled * pooled * 4 >= BIG else set())
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_every_op_kind_gets_its_intended_schedule(n):
+    for name, nodes, want in _cases(n):
+        groups = E.default_schedules(nodes)
+        got = set().union(*(_kinds(s) for _, s in groups))
+        assert want <= got, f"{name} at n={n}: loops {sorted(got)}, expected {sorted(want)}"
+
+
+def test_conv2d_gradients_are_scheduled_too():
+    img = G.Variable("img", (1, 8, 40, 40), "float32")
+    w = G.Variable("w", (8, 8, 3, 3), "float32")
+    gx, gw = G.gradients(G.sum(G.conv2d(img, w, padding=1)), [img, w])
+    for group, s in E.default_schedules([gx, gw]):
+        if group[-1].op in ("conv2d_bx", "conv2d_bw"):
+            assert "VECTORIZED" in _kinds(s), group[-1].op
+
+
+def test_a_refused_default_schedule_is_an_error_under_tl_strict(monkeypatch, capsys):
+    def refuse(*args, **kwargs):
+        raise tl.ScheduleError("refused on purpose")
+    monkeypatch.setattr(E, "_block_matmul", refuse)
+    E._KERNELS.clear()
+    a, b = G.Variable("a", (5, 3), "float32"), G.Variable("b", (3, 4), "float32")
+    with pytest.raises(tl.ScheduleError, match="TL_STRICT"):
+        E.default_schedules([a @ b])
+    # without TL_STRICT the declared loop nest runs (correct), and TL_DEBUG=1 says so
+    monkeypatch.setenv("TL_STRICT", "0")
+    monkeypatch.setenv("TL_DEBUG", "1")
+    av = np.arange(15, dtype="f4").reshape(5, 3)
+    bv = np.arange(12, dtype="f4").reshape(3, 4)
+    (got,) = G.Executor([a @ b]).run({a: av, b: bv})
+    np.testing.assert_allclose(got, av @ bv)
+    assert "was refused (refused on purpose); running the declared loop nest" in \
+        capsys.readouterr().err
+    E._KERNELS.clear()
+
+
+@pytest.mark.parametrize("n,c,k", [(5, 3, 4), (23, 8, 5), (56, 16, 16)])
+@pytest.mark.parametrize("stride,padding", [(1, 1), (2, 0), (1, 0)])
+def test_blocked_conv2d_matches_numpy(n, c, k, stride, padding, rng):
+    """The register-blocked conv2d (channel tiles x vectors of columns, padded rows of the
+    register tile) at widths below, at and above the vector tile, with strides."""
+    from tensorlang.graph.nnops import conv2d_ref
+
+    x = G.Variable("x", (2, c, n, n), "float32")
+    w = G.Variable("w", (k, c, 3, 3), "float32")
+    xv = rng.standard_normal((2, c, n, n)).astype("f4")
+    wv = rng.standard_normal((k, c, 3, 3)).astype("f4")
+    (got,) = G.Executor([G.conv2d(x, w, stride=stride, padding=padding)]).run({x: xv, w: wv})
+    want = conv2d_ref(xv.astype("f8"), wv.astype("f8"), stride, padding)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * math.sqrt(c * 9))

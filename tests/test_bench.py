@@ -1,0 +1,50 @@
+"""`tensorlang bench` at tiny sizes: every kernel runs and is checked against numpy in a
+process of its own, the table and the chart are written, a missing peer is a blank cell
+and an unknown kernel a clear error. (Speed is measured by running it, never in tests.)"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tensorlang import bench
+
+
+def test_bench_writes_a_table_and_a_chart(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "tensorlang.cli", "bench", str(tmp_path),
+                        "--quick", "--kernels", "elementwise,softmax,conv2d,mlp"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    table = (tmp_path / "RESULTS.md").read_text()
+    assert "FMA peak" in table and "copy bandwidth" in table
+    for name in ("E = D + (A+B)*C", "softmax rows", "conv2d 3x3", "MLP SGD step"):
+        row = next(line for line in table.splitlines() if line.startswith(f"| {name} |"))
+        tensorlang, numpy_ = row.split("|")[4:6]
+        assert float(tensorlang) > 0 and float(numpy_) > 0, row
+        assert "error" not in row, row
+    assert (tmp_path / "bench.png").stat().st_size > 1000
+
+
+def test_a_worker_checks_its_result_and_reports_missing_systems():
+    got = bench.worker("matmul 127x781x253", "tensorlang", quick=True)
+    assert got["value"] > 0
+    missing = [s for s in ("torch", "tvm", "halide") if _absent(s)]
+    for s in missing:
+        assert bench.worker("E = D + (A+B)*C", s, quick=True)["skip"].startswith(
+            "not installed")
+    assert bench.worker("softmax rows", "tvm", quick=True)["skip"].startswith("no tvm version")
+
+
+def _absent(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is None
+
+
+def test_peak_is_measured_and_unknown_kernels_are_refused(tmp_path):
+    flops, bits = bench.peak_flops(0.02)
+    assert flops > 1e9 and bits in (128, 256, 512)
+    with pytest.raises(ValueError, match="unknown kernel"):
+        bench.run(str(tmp_path), quick=True, kernels=["fft"], progress=lambda *_: None)
+    assert os.cpu_count() >= 1
