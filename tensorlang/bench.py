@@ -62,6 +62,7 @@ class Kernel:
     name = ""
     unit = ""          # GFLOPS, GB/s or steps/s: higher is better
     bound = ""         # "flops" or "bandwidth": the peak it is a fraction of
+    systems = ("tensorlang", "numpy", "torch")     # the systems it has a version for
 
     def amount(self, quick: bool) -> float:
         """FLOPs, bytes or steps per call."""
@@ -76,6 +77,7 @@ class Kernel:
 
 class Matmul(Kernel):
     unit, bound = "GFLOPS", "flops"
+    systems = SYSTEMS
 
     def __init__(self, name, m, k, n):
         self.name, self.mkn = name, (m, k, n)
@@ -104,14 +106,7 @@ class Matmul(Kernel):
 
             x, y = G.Variable("a", (m, k), "float32"), G.Variable("b", (k, n), "float32")
             ex = G.Executor([x @ y])
-            out = {}
-
-            def fn():
-                out["c"] = ex.run({x: a, y: b})[0]
-
-            def check():  # noqa: F811
-                np.testing.assert_allclose(out["c"], a @ b, rtol=1e-3, atol=1e-3 * np.sqrt(k))
-            return fn, check
+            return (lambda: ex.run({x: a, y: b}, out=[c])), check   # as numpy's out=
         if system == "numpy":
             return (lambda: np.matmul(a, b, out=c)), check
         if system == "torch":
@@ -120,15 +115,15 @@ class Matmul(Kernel):
             torch.set_num_threads(_threads())
             ta, tb, tc = (torch.from_numpy(v) for v in (a, b, c))
             return (lambda: torch.mm(ta, tb, out=tc)), check
-        if system == "tvm":
-            return _tvm_matmul(a, b, c), check
-        if system == "halide":
-            return _halide_matmul(a, b, c), check
+        if system in PEERS:
+            fn, fetch = (_tvm_matmul if system == "tvm" else _halide_matmul)(a, b, c)
+            return fn, _then(fetch, check)
         raise NotImplementedError(system)
 
 
 class Elementwise(Kernel):
     name, unit, bound = "E = D + (A+B)*C", "GB/s", "bandwidth"
+    systems = SYSTEMS
 
     def n(self, quick):
         return 1 << 12 if quick else 1 << 24
@@ -155,9 +150,7 @@ class Elementwise(Kernel):
             ex = G.Executor([vs[3] + (vs[0] + vs[1]) * vs[2]])
             feed = dict(zip(vs, (A, B, C, D)))
 
-            def fn():
-                out["e"] = ex.run(feed)[0]
-            return fn, check
+            return (lambda: ex.run(feed, out=[E])), check        # as numpy's out=
         if system == "numpy":
             def fn():
                 np.add(A, B, out=E)
@@ -176,10 +169,10 @@ class Elementwise(Kernel):
                 torch.mul(tmp, tC, out=tmp)
                 torch.add(tmp, tD, out=tE)
             return fn, check
-        if system == "tvm":
-            return _tvm_elementwise(A, B, C, D, E), check
-        if system == "halide":
-            return _halide_elementwise(A, B, C, D, E), check
+        if system in PEERS:
+            fn, fetch = (_tvm_elementwise if system == "tvm" else _halide_elementwise)(
+                A, B, C, D, E)
+            return fn, _then(fetch, check)
         raise NotImplementedError(system)
 
 
@@ -331,6 +324,15 @@ SHORT = {"matmul": ["matmul 1024", "matmul 127x781x253"], "elementwise": ["E = D
 
 
 # -------------------------------------------------------------------------- the peers
+def _then(fetch, check):
+    """Run `fetch` (copy a peer's output back; not timed) before `check`."""
+    def both():
+        if fetch is not None:
+            fetch()
+        check()
+    return both
+
+
 def _tvm_target():
     import tvm
 
@@ -340,19 +342,20 @@ def _tvm_target():
                               "num-cores": _threads()})
 
 
-def _tvm_run(sch_or_func, arrays):
+def _tvm_run(sch, arrays, out):
     import tvm
 
-    lib = tvm.compile(sch_or_func.mod, target=_tvm_target())
+    lib = tvm.compile(sch.mod, target=_tvm_target())
     f = lib["main"]
     dev = tvm.cpu()
     args = [tvm.runtime.tensor(v, dev) for v in arrays]
-    out = arrays[-1]
 
     def fn():
         f(*args)
+
+    def check():
         np.copyto(out, args[-1].numpy())
-    return fn
+    return fn, check
 
 
 def _tvm_elementwise(A, B, C, D, E):
@@ -366,27 +369,47 @@ def _tvm_elementwise(A, B, C, D, E):
     io, ii, iv = sch.split(i, [None, 64, 16])
     sch.parallel(io)
     sch.vectorize(iv)
-    return _tvm_run(sch, [A, B, C, D, E])
+    return _tvm_run(sch, [A, B, C, D, E], E)
 
 
-def _tvm_matmul(a, b, c):
+def _tvm_matmul(a, b, c, bm=8, bn=32):
+    """The structure of TVM's opt_gemm tutorial at its end (B packed in panels of bn columns,
+    cache_write at the tile, the k loop outside unrolled rows and vector columns, the
+    outer tile loop parallel), with the tile shrunk to a register tile bm x bn."""
+    import tvm
     from tvm import s_tir, te
 
     m, k = a.shape
     n = b.shape[1]
     A, B = te.placeholder((m, k), name="A"), te.placeholder((k, n), name="B")
+    panels = -(-n // bn)
+    packed = te.compute((panels, k, bn), lambda p, kk, q: te.if_then_else(
+        p * bn + q < n, B[kk, p * bn + q], tvm.tirx.const(0.0, "float32")), name="packedB")
     r = te.reduce_axis((0, k), name="k")
-    C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    C = te.compute((m, n), lambda i, j: te.sum(
+        A[i, r] * packed[j // bn, r, tvm.tirx.indexmod(j, bn)], axis=r), name="C")
     sch = s_tir.Schedule(te.create_prim_func([A, B, C]))
     blk = sch.get_sblock("C")
-    i, j, kk = sch.get_loops(blk)
-    io, ii = sch.split(i, [None, 32])
-    jo, ji = sch.split(j, [None, 32])
-    ko, ki = sch.split(kk, [None, 4])
-    sch.reorder(io, jo, ko, ki, ii, ji)
-    sch.vectorize(ji)
+    cc = sch.cache_write(blk, 0, "global")
+    i, j = sch.get_loops(cc)
+    io, ii = sch.split(i, [None, bm])
+    jo, ji = sch.split(j, [None, bn])
+    sch.reorder(io, jo, ii, ji)
+    sch.compute_at(blk, jo)
+    mc, nc, kk = sch.get_loops(blk)[-3:]
+    sch.reorder(kk, mc, nc)
+    sch.unroll(mc)
+    sch.vectorize(nc)
     sch.parallel(io)
-    return _tvm_run(sch, [a, b, c])
+    init = sch.decompose_reduction(blk, kk)
+    il = sch.get_loops(init)
+    sch.unroll(il[-2])
+    sch.vectorize(il[-1])
+    sch.vectorize(ji)
+    p, _, q = sch.get_loops(sch.get_sblock("packedB"))
+    sch.vectorize(q)
+    sch.parallel(p)
+    return _tvm_run(sch, [a, b, c], c)
 
 
 def _halide_elementwise(A, B, C, D, E):
@@ -401,29 +424,38 @@ def _halide_elementwise(A, B, C, D, E):
     for p, v in zip(ins, (A, B, C, D)):
         p.set(hl.Buffer(v))
     ob = hl.Buffer(E)
-    return lambda: f.realize(ob)
+    return (lambda: f.realize(ob)), None
 
 
-def _halide_matmul(a, b, c):
+def _halide_matmul(a, b, c, tx=32, ty=32, ry=8, vec=16):
+    """The schedule of Halide's test/performance/matrix_multiplication.cpp, with B packed in
+    panels of tx columns (as TVM's packedB) and AVX-512 vectors."""
     import halide as hl
 
+    m, k = a.shape
+    n = b.shape[1]
     pa, pb = hl.ImageParam(hl.Float(32), 2, "A"), hl.ImageParam(hl.Float(32), 2, "B")
-    k = a.shape[1]
-    x, y, xi, yi = hl.Var("x"), hl.Var("y"), hl.Var("xi"), hl.Var("yi")
-    r = hl.RDom([(0, k)])
-    prod = hl.Func("prod")
-    prod[x, y] = 0.0
-    prod[x, y] += pa[r.x, y] * pb[x, r.x]          # Halide's x is the column
+    x, y, xi, yi, yii, xy, xo = (hl.Var(v) for v in ("x", "y", "xi", "yi", "yii", "xy", "xo"))
+    r = hl.RDom([(0, k)], "k")
+    bp = hl.Func("Bp")
+    bp[x, y, xo] = pb[hl.min(xo * tx + x, n - 1), y]
+    mm = hl.Func("mm")
+    mm[x, y] = 0.0
+    mm[x, y] += pa[r, y] * bp[x % tx, r, x / tx]
     out = hl.Func("C")
-    out[x, y] = prod[x, y]
-    out.tile(x, y, xi, yi, 32, 8).vectorize(xi, 16).parallel(y)
-    prod.compute_at(out, x).vectorize(x, 16)
-    prod.update().reorder(x, y, r.x).vectorize(x, 16).unroll(y)
+    out[x, y] = mm[x, y]
+    tx_, ty_ = min(tx, n), min(ty, m)
+    out.tile(x, y, xi, yi, tx_, ty_).fuse(x, y, xy).parallel(xy) \
+        .split(yi, yi, yii, min(ry, ty_)).vectorize(xi, vec).unroll(xi).unroll(yii)
+    mm.compute_at(out, yi).vectorize(x, vec).unroll(y)
+    mm.update(0).reorder(x, y, r).vectorize(x, vec).unroll(x).unroll(y).unroll(r, 2)
+    bp.compute_root().bound(x, 0, tx).vectorize(x, vec).unroll(x).parallel(xo)
+    out.bound(x, 0, n).bound(y, 0, m)
     out.compile_jit(hl.get_jit_target_from_environment())
     pa.set(hl.Buffer(a))
     pb.set(hl.Buffer(b))
     ob = hl.Buffer(c)
-    return lambda: out.realize(ob)
+    return (lambda: out.realize(ob)), None
 
 
 # ------------------------------------------------------------------ machine and workers
@@ -520,6 +552,8 @@ def copy_bandwidth(mbytes: int = 256) -> float:
 def worker(kernel: str, system: str, quick: bool) -> dict:
     """One measurement in this process: {"value": ...} or {"skip": why}."""
     k = KERNELS[kernel]
+    if system not in k.systems:
+        return {"skip": f"no {system} version here"}
     try:
         fn, check = k.setup(system, quick)
     except ImportError as e:
@@ -627,7 +661,7 @@ def _table(names, quick, results, notes, flops, bw, bits) -> str:
             else:
                 note = notes.get((n, s), "")
                 cells.append("—" if note.startswith(("not installed", "no ")) else "error")
-                if note and not note.startswith("not installed"):
+                if note and not note.startswith(("not installed", "no ")):
                     foot.append(f"- {n}, {s}: {note}")
         others = [v for s, v in med.items() if s != "tensorlang"]
         ratio = f"{med['tensorlang'] / max(others):.2f}" if others and "tensorlang" in med \

@@ -140,6 +140,22 @@ class Target:
             return 64  # packed pairs of 32-bit floats (v_pk_fma_f32) within one lane
         return 0
 
+    @property
+    def vector_registers(self) -> int:
+        """Architectural vector registers a kernel can keep values in: 32 with AVX-512
+        (zmm0-31, also as ymm with AVX-512VL), 16 with SSE/AVX on x86-64 (8 on 32-bit x86),
+        32 on AArch64 and RISC-V V, 16 on 32-bit ARM NEON (q0-15), 32 on PowerPC (VMX);
+        16 otherwise (wasm's virtual registers, scalar targets' float registers)."""
+        a = self.arch
+        if a in _X86:
+            if self.cpu == "x86-64-v4" or "+avx512f" in self.feature_set:
+                return 32
+            return 16 if a in ("x86_64", "amd64") else 8
+        if a in ("aarch64", "arm64") or a.startswith("riscv") or a.startswith("powerpc") \
+                or a.startswith("ppc"):
+            return 32
+        return 16
+
     def vector_lanes(self, dtype="float32") -> int:
         """Lanes of `dtype` in one native vector (1 when the target has no vectors)."""
         from .ir.dtype import as_dtype

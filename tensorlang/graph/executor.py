@@ -28,8 +28,33 @@ GPU_TARGETS = ("cuda", "nvptx")   # CUDA C through nvcc, or PTX through LLVM
 MAX_INPUTS = 64  # arrays one fused kernel reads
 
 
+def _host() -> tl.Target:
+    """The target the executor builds for (this machine)."""
+    return tl.Target.parse("llvm")
+
+
 def _lanes(dtype: str) -> int:
-    return tl.Target.parse("llvm").vector_lanes(dtype)
+    return _host().vector_lanes(dtype)
+
+
+MAX_TILE_ROWS = 8
+MAX_ACCUMULATORS = 16   # a larger register tile measured no faster on AVX-512 (2-core Zen 4)
+
+
+def register_tile(m: int, n: int, dtype: str, target: tl.Target | None = None):
+    """(rows, vectors per row) of a register-blocked tile of an m x n output, from the
+    target's vector width and register count: at most 4 vectors per row (fewer when n
+    is narrow), then as many rows as the registers left hold — every accumulator, one
+    vector of B per column and a broadcast of A must fit, so nothing spills. AVX-512
+    (32 registers, 16 floats): 4 x 4 vectors (4 x 64 floats); AVX2 (16 registers, 8
+    floats): 6 x 2 vectors (BLIS's Haswell tile); NEON: 4 x 4 vectors of 4."""
+    t = target or _host()
+    lanes = t.vector_lanes(dtype)
+    regs = t.vector_registers
+    nv = max(1, min(4, -(-n // lanes), regs // 8))
+    budget = min(regs - nv - 2, MAX_ACCUMULATORS)
+    mr = max(1, min(m, MAX_TILE_ROWS, budget // nv))
+    return mr, nv
 
 
 def default_schedule(out: tl.Tensor, kind: str, work: int, fresh=None,
@@ -228,8 +253,7 @@ def _block_matmul(s: tl.Schedule, mm: tl.Tensor, out: tl.Tensor, parallel: bool)
     tile goes from the accumulators through the epilogue to memory once."""
     m, n = (int(x.value) for x in mm.shape[-2:])
     lanes = _lanes(str(mm.dtype))
-    nv = min(4, -(-n // lanes))                 # vectors per tile row
-    mr = min(m, 4 if nv >= 3 else 8)            # at most 16 accumulator registers
+    mr, nv = register_tile(m, n, str(mm.dtype))
     flops = int(np.prod([int(x.value) for x in mm.shape])) * int(np.prod(
         [int(r.extent.value) for r in mm.op.reduce_axis]))
     parallel = parallel or flops >= 1 << 16
@@ -278,8 +302,7 @@ def _block_conv(s: tl.Schedule, out: tl.Tensor, parallel: bool) -> None:
     nb, oc, oh, ow = (int(x.value) for x in out.shape)
     flops = nb * oc * oh * ow * int(np.prod([int(r.extent.value) for r in out.op.reduce_axis]))
     parallel = parallel or flops >= 1 << 16
-    nv = min(4, -(-ow // lanes))
-    mr = min(oc, 4 if nv >= 3 else 8)
+    mr, nv = register_tile(oc, ow, str(out.dtype))
     for st in s.stages:             # the padded copy of the input
         if st.op is not out.op and st.op.axis and not st.inlined and \
                 st.state.attach is None and int(st.op.output.shape[-1].value) >= 2 * lanes:
@@ -705,20 +728,30 @@ class Executor:
         return _Plan(self.order, shapes, dtypes, self.outputs,
                      self.target if self.target in GPU_TARGETS else "llvm")
 
-    def run(self, feed_dict) -> list[np.ndarray]:
+    def run(self, feed_dict, out=None) -> list[np.ndarray]:
+        """The outputs' values for the fed Variables. Each is a fresh array, or, with `out`
+        (a list like the outputs, None where a fresh array will do), written into the
+        array given there — C-contiguous, of the output's shape and dtype, sharing no
+        memory with a fed array — as numpy's `out=` does (no allocation per run)."""
         feeds = self._feeds(feed_dict)
         sig = tuple((v.id, feeds[v.id].shape, feeds[v.id].dtype.str) for v in self.variables)
         plan = self._plans.get(sig)
         if plan is None:
             plan = self._plans[sig] = self._plan(feeds)
         self._last = plan
+        given = self._outs(out, plan, feeds)
         if plan.target in GPU_TARGETS:
-            return self._run_cuda(plan, feeds)
+            got = self._run_cuda(plan, feeds)
+            return [g if o is None else (np.copyto(o, g), o)[1] for g, o in zip(got, given)]
         arrays = list(plan.arrays)
         for i in plan.fed:
             arrays[plan.slot_of[i]] = feeds[i]
+        mine = {}
+        for o, a in zip(self.outputs, given):
+            if a is not None and o.op not in ("variable", "constant"):
+                mine.setdefault(plan.slot_of[o.id], a)
         for slot, shape, dtype in plan.fresh:
-            arrays[slot] = np.empty(shape, dtype)
+            arrays[slot] = mine[slot] if slot in mine else np.empty(shape, dtype)
         steps = plan.steps
         for k, j, slot in plan.patches:
             steps[k].pointers[j] = arrays[slot].ctypes.data
@@ -728,13 +761,46 @@ class Executor:
             elif st.kernel.kernel.cfunc(*st.pointers) != 0:
                 raise MemoryError(f"node {st.node.name}: a temporary buffer could not be "
                                   "allocated")
-        out, seen = [], set()
-        for o in self.outputs:
+        result, seen = [], set()
+        for o, g in zip(self.outputs, given):
             a = arrays[plan.slot_of[o.id]]
             fresh = o.op not in ("variable", "constant") and o.id not in seen
-            out.append(a if fresh else a.copy())   # fed arrays and repeats are copied
+            if g is not None and g is not a:
+                np.copyto(g, a)
+                a = g
+            elif g is None and not fresh:
+                a = a.copy()                    # fed arrays and repeats are copied
+            result.append(a)
             seen.add(o.id)
-        return out
+        return result
+
+    def _outs(self, out, plan, feeds) -> list:
+        """`run`'s `out`, checked: one entry per output, None or a fitting array."""
+        if out is None:
+            return [None] * len(self.outputs)
+        if not isinstance(out, (list, tuple)) or len(out) != len(self.outputs):
+            raise GraphError(f"run: out must be a list of {len(self.outputs)} arrays (or None "
+                             f"entries), one per output, got {type(out).__name__}"
+                             + (f" of {len(out)}" if isinstance(out, (list, tuple)) else ""))
+        for k, (o, a) in enumerate(zip(self.outputs, out)):
+            if a is None:
+                continue
+            shape, dtype = plan.arrays[plan.slot_of[o.id]].shape, \
+                plan.arrays[plan.slot_of[o.id]].dtype
+            if not isinstance(a, np.ndarray) or a.shape != shape or a.dtype != dtype or \
+                    not a.flags.c_contiguous or not a.flags.writeable:
+                raise GraphError(f"run: out[{k}] (for {o.name}) must be a writeable "
+                                 f"C-contiguous {dtype} array of shape {shape}, got "
+                                 + (f"{a.dtype} {a.shape}" if isinstance(a, np.ndarray)
+                                    else type(a).__name__))
+            for v in self.variables:
+                if np.shares_memory(a, feeds[v.id]):
+                    raise GraphError(f"run: out[{k}] (for {o.name}) shares memory with the "
+                                     f"array fed for {v.name}")
+            for j, b in enumerate(out[:k]):
+                if b is not None and np.shares_memory(a, b):
+                    raise GraphError(f"run: out[{k}] and out[{j}] share memory")
+        return list(out)
 
     def _run_cuda(self, plan: _Plan, feeds) -> list[np.ndarray]:
         """Feeds are copied to the device once per run, every kernel works on device

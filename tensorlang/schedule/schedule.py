@@ -158,16 +158,24 @@ class Stage:
         return out or None
 
     def _refresh_tags(self, state, call: str):
-        """Vector and unrolled loops keep a constant trip-count bound, and a vector loop stays
-        innermost, whatever primitive comes after."""
+        """Vector and unrolled loops keep a constant trip-count bound, and nothing inside a
+        vector loop is vectorized or parallel, whatever primitive comes after. (Serial and
+        unrolled loops may run inside a vector loop, as in TVM and Halide: each iteration
+        of them is one vector operation per statement. The lanes run at the same time, so
+        the vector loop carries no dependence — the legality check says so — and running
+        it innermost keeps every dependence's order.)"""
         loops = list(state.loops)
         for d, lp in enumerate(loops):
             if lp.kind not in (LoopKind.VECTORIZED, LoopKind.UNROLLED):
                 continue
             what = "vectorized" if lp.kind is LoopKind.VECTORIZED else "unrolled"
-            if lp.kind is LoopKind.VECTORIZED and d != len(loops) - 1:
-                raise ScheduleError(f"{call} on stage {self.id}: the vectorized loop {lp.name} "
-                                    "would no longer be the innermost loop")
+            inner = [x for x in loops[d + 1:] if x.kind in (LoopKind.VECTORIZED,
+                                                             LoopKind.PARALLEL)]
+            if lp.kind is LoopKind.VECTORIZED and inner:
+                raise ScheduleError(f"{call} on stage {self.id}: loop {inner[0].name} "
+                                    f"({inner[0].kind.name.lower()}) would run inside the "
+                                    f"vectorized loop {lp.name}; only serial or unrolled "
+                                    "loops may")
             bound = loop_extent_bound(state, d)
             if bound is None and state.attach is not None:
                 bound = self._placed_bound(state, lp.name)
@@ -277,9 +285,6 @@ class Stage:
             if bound > limit:
                 raise ScheduleError(f"{prim}: loop {name} runs up to {bound} iterations; at "
                                     f"most {limit} are supported; split it first")
-        if kind is LoopKind.VECTORIZED and d != len(self.state.loops) - 1:
-            raise ScheduleError(f"vectorize: loop {name} of stage {self.id} is not the "
-                                f"innermost loop ({self.loops[-1]} is); reorder it inwards first")
         self._apply(new, f"{prim}({name})")
 
     def unroll(self, loop) -> None:
@@ -287,7 +292,9 @@ class Stage:
         self._tag(loop, "unroll", LoopKind.UNROLLED)
 
     def vectorize(self, loop) -> None:
-        """Run the innermost loop as one vector operation per statement (LLVM vector types)."""
+        """Run a loop as one vector operation per statement (LLVM vector types). Serial or
+        unrolled loops inside it run once for all lanes (a vector accumulator over an inner
+        reduction loop, as TVM and Halide allow); the loop must carry no dependence."""
         self._tag(loop, "vectorize", LoopKind.VECTORIZED)
 
     def parallel(self, loop) -> None:

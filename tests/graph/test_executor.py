@@ -280,3 +280,26 @@ def test_large_matmuls_read_B_packed_in_panels(shape_a, shape_b, tb):
     small = executor.compile_group(members, ((7, 13), (13, 5)) if not tb else
                                    ((7, 13), (5, 13)), ("float32", "float32"))[0]
     assert "_packed" not in str(small.lowered)
+
+
+def test_run_writes_into_given_output_arrays_and_checks_them():
+    a, b = G.Variable("a", (5, 4), "float32"), G.Variable("b", (5, 4), "float32")
+    ex = G.Executor([a + b, a, a * b])
+    av = R.standard_normal((5, 4)).astype("f4")
+    bv = R.standard_normal((5, 4)).astype("f4")
+    o1, o2 = np.empty((5, 4), "f4"), np.empty((5, 4), "f4")
+    got = ex.run({a: av, b: bv}, out=[o1, o2, None])
+    assert got[0] is o1 and got[1] is o2
+    np.testing.assert_array_equal(o1, av + bv)
+    np.testing.assert_array_equal(o2, av)           # a fed Variable is copied in
+    np.testing.assert_array_equal(got[2], av * bv)
+    again = ex.run({a: bv, b: av}, out=[o1, None, None])
+    assert again[0] is o1 and again[1] is not o2
+    np.testing.assert_array_equal(o1, av + bv)
+    for bad, match in (([o1], "list of 3"), ([np.empty((4, 5), "f4"), None, None], "shape"),
+                       ([np.empty((5, 4), "f8"), None, None], "float32"),
+                       ([np.empty((5, 8), "f4")[:, ::2], None, None], "C-contiguous"),
+                       ([av, None, None], "shares memory with the array fed for a"),
+                       ([o1, None, o1], "share memory")):
+        with pytest.raises(G.GraphError, match=match):
+            ex.run({a: av, b: bv}, out=bad)

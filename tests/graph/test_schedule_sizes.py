@@ -110,3 +110,37 @@ def test_blocked_conv2d_matches_numpy(n, c, k, stride, padding, rng):
     (got,) = G.Executor([G.conv2d(x, w, stride=stride, padding=padding)]).run({x: xv, w: wv})
     want = conv2d_ref(xv.astype("f8"), wv.astype("f8"), stride, padding)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * math.sqrt(c * 9))
+
+
+@pytest.mark.parametrize("preset", ["llvm", "llvm -mcpu=x86-64", "llvm -mcpu=x86-64-v3",
+                                    "aarch64", "riscv64"])
+@pytest.mark.parametrize("m,n", [(1024, 1024), (100, 10), (3, 5), (1024, 20), (1, 1)])
+def test_register_tiles_come_from_the_targets_registers(preset, m, n):
+    """Accumulators, one vector of B per column and A's broadcast fit in the target's
+    vector registers (no spills); AVX2 gets BLIS's 6 x 2-vector tile, AVX-512 4 x 4."""
+    t = tl.Target.parse(preset)
+    mr, nv = E.register_tile(m, n, "float32", t)
+    assert 1 <= mr <= m and nv >= 1
+    assert mr * nv + nv + 1 <= t.vector_registers
+    assert nv <= max(1, -(-n // t.vector_lanes("float32")))
+    if preset == "llvm -mcpu=x86-64-v3" and (m, n) == (1024, 1024):
+        assert (mr, nv) == (6, 2)
+    if t.vector_registers == 32 and t.vector_lanes("float32") == 16 and (m, n) == (1024, 1024):
+        assert (mr, nv) == (4, 4)
+
+
+@pytest.mark.parametrize("shape", [((130, 70), (70, 90)), ((7, 3), (3, 33))])
+def test_executor_matmul_built_for_avx2_uses_its_tile_and_matches_numpy(shape, monkeypatch,
+                                                                          rng):
+    target = "llvm -mcpu=x86-64-v3"
+    if not tl.Target.parse(target).is_host:
+        pytest.skip("this machine cannot run AVX2 code")
+    monkeypatch.setattr(E, "_host", lambda: tl.Target.parse(target))
+    members = (("matmul", (("ta", False), ("tb", False)), (("in", 0), ("in", 1))),)
+    mod, _ = E.compile_group(members, shape, ("float32", "float32"), target)
+    a = rng.standard_normal(shape[0]).astype("f4")
+    b = rng.standard_normal(shape[1]).astype("f4")
+    c = np.zeros((shape[0][0], shape[1][1]), "f4")
+    mod(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+    assert "<8 x float>" in mod.get_source("ll") and "<16 x float>" not in mod.get_source("ll")

@@ -319,8 +319,9 @@ def test_misuse_names_the_argument():
         s[C].split(i, factor=2)
     with pytest.raises(tl.ScheduleError, match="grows with the sizes"):
         s[C].vectorize(j)
-    with pytest.raises(tl.ScheduleError, match="not the innermost"):
-        s[C].vectorize(ii)
+    s[C].vectorize(ii)          # the serial loop j may run inside a vector loop
+    with pytest.raises(tl.ScheduleError, match="inside the vectorized loop i.inner"):
+        s[C].parallel(j)
     with pytest.raises(tl.ScheduleError, match="grows with the sizes"):
         s[C].unroll(j)
     with pytest.raises(tl.ScheduleError, match="once"):
@@ -335,17 +336,93 @@ def test_misuse_names_the_argument():
         s[C].skew(io, j, factor=0)
 
 
-def test_vector_loop_must_stay_innermost():
+def test_a_vector_loop_may_hold_serial_and_unrolled_loops():
+    """TVM's and Halide's idiom: vectorise j with the reduction k inside it — each k step is
+    one vector multiply-add of all lanes (a vector accumulator). Sizes that do and do not
+    fill the vectors (masked tails)."""
+    for n in (1, 13, 37, 64):
+        A, B, C = matmul(n, n)
+        s = tl.create_schedule(C)
+        i, j = C.op.axis
+        (k,) = C.op.reduce_axis
+        jo, ji = s[C].split(j, factor=16)
+        s[C].reorder(i, jo, ji, k)
+        s[C].vectorize(ji)
+        if n == 64:
+            ko, ki = s[C].split(k, factor=4)
+            s[C].unroll(ki)
+        run_matmul(s, A, B, C, sizes=((n, n),))
     A, B, C = matmul(8, 8)
     s = tl.create_schedule(C)
     i, j = C.op.axis
     (k,) = C.op.reduce_axis
     s[C].reorder(i, k, j)
     s[C].vectorize(j)
-    with pytest.raises(tl.ScheduleError, match="innermost"):
-        s[C].reorder(j, k)
-    assert s[C].loops == ["i", "k", "j"]  # unchanged after the refused primitive
+    s[C].reorder(j, k)               # the vector loop moves out past k: still legal
+    assert s[C].loops == ["i", "j", "k"]
     run_matmul(s, A, B, C, sizes=((8, 8),))
+    assert "<8 x float>" in tl.build(s, [A, B, C]).get_source("ll") or \
+        "<4 x float>" in tl.build(s, [A, B, C]).get_source("ll")
+
+
+def test_nothing_parallel_or_vectorized_runs_inside_a_vector_loop():
+    A, B, C = matmul(8, 8)
+    s = tl.create_schedule(C)
+    i, j = C.op.axis
+    (k,) = C.op.reduce_axis
+    s[C].reorder(i, j, k)
+    s[C].vectorize(j)
+    s[C].parallel(i)                 # outside the vector loop: fine
+    with pytest.raises(tl.ScheduleError, match="inside the vectorized loop j"):
+        s[C].parallel(k)
+    assert s[C].loops == ["i", "j", "k"]
+
+
+def test_inner_loops_whose_bounds_vary_by_lane_run_masked():
+    """An inner loop whose range differs between lanes (a triangular reduction; a split's
+    outer loop inside its vectorised inner one, found by the pipeline fuzzer) runs over
+    the union of the lanes' ranges, each lane masked off outside its own."""
+    for n in (1, 7, 37):
+        X = tl.placeholder((n, n), name="X")
+        W = tl.placeholder((n, n), name="W")
+        k = tl.reduce_axis((0, n), name="k")
+        Y = tl.compute((n, n), lambda i, j: tl.sum(X[i, k] * W[k, j], axis=k, where=k <= j),
+                       name="Y")
+        s = tl.create_schedule(Y)
+        jo, ji = s[Y].split(Y.op.axis[1], factor=8)
+        s[Y].vectorize(ji)
+        f = tl.build(s, [X, W, Y])
+        x, w = (np.random.default_rng(n).standard_normal((n, n)).astype("f4") for _ in "xw")
+        y = np.zeros((n, n), "f4")
+        f(x, w, y)
+        np.testing.assert_allclose(y, x @ np.triu(w), rtol=1e-4, atol=1e-5)
+        for dt in ("float32", "float16"):
+            A = tl.placeholder((n * 3,), dt, name="A")
+            B = tl.compute((n * 3,), lambda i: A[i] * 2 + 1, name="B")
+            s = tl.create_schedule(B)
+            o, i = s[B].split(B.op.axis[0], factor=16)
+            s[B].vectorize(i)
+            s[B].reorder(i, o)            # the outer loop runs inside the vector lanes
+            a = np.arange(n * 3).astype(dt)
+            b = np.zeros_like(a)
+            tl.build(s, [A, B])(a, b)
+            np.testing.assert_array_equal(b, (a * 2 + 1).astype(dt))
+
+
+def test_a_vector_loop_carrying_a_dependence_through_an_inner_loop_is_refused():
+    # lanes run at the same time: a j that carries a dependence cannot be vectorized,
+    # whatever runs inside it (the witness names the two iterations)
+    n = 8
+    X = tl.placeholder((n, n), name="X")
+    k = tl.reduce_axis((0, n), name="k")
+    Y = tl.compute((n,), lambda j: tl.sum(X[j, k], axis=k), name="Y")
+    s = tl.create_schedule(Y)
+    (kk,) = Y.op.reduce_axis
+    ko, ki = s[Y].split(kk, factor=4)
+    s[Y].reorder(Y.op.axis[0], ki, ko)
+    with pytest.raises(tl.IllegalScheduleError) as err:
+        s[Y].vectorize(ki)
+    assert err.value.witness is not None
 
 
 def test_trace_prints_and_replays():

@@ -26,7 +26,7 @@ from .registers import (
     MAX_GUARDED_UNROLL, REGISTER_ARRAY_BYTES, UNROLL_BUDGET, VECTOR_PAD, indexes,
     register_code_size,
 )
-from .vector import VectorContext, check_vector_body, type_suffix
+from .vector import VectorContext, type_suffix
 from .vmath import erf_f32, exp_f32, log_f32, tanh_f32
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -539,7 +539,8 @@ class FunctionCodegen:
 
     def loop(self, s: For) -> None:
         if self.vec is not None:
-            raise TensorlangError(f"internal: loop {s.var.name} inside a vectorized loop")
+            self.loop_in_vector(s)
+            return
         if s.kind in (LoopKind.GPU_BLOCK, LoopKind.GPU_THREAD):
             raise TensorlangError(f"llvm backend: loop {s.var.name} is bound to a GPU index; "
                                   "build it for target='cuda'")
@@ -551,7 +552,6 @@ class FunctionCodegen:
                     self.stmt(s.body)
             return
         if isinstance(s.extent, Const) and s.kind is LoopKind.VECTORIZED and s.extent.value > 1:
-            check_vector_body(s.body)
             self.vec = VectorContext(s.var.name, int(s.extent.value), lo, starts_at_zero=(
                 isinstance(s.min, Const) and int(s.min.value) == 0))
             try:
@@ -584,6 +584,75 @@ class FunctionCodegen:
             return
         hi = b.add(lo, self.to_i64(self.expr(s.extent), s.extent.dtype))
         self.serial_loop(s.var.name, lo, hi, s.body)
+
+    def loop_in_vector(self, s: For) -> None:
+        """A serial or unrolled loop inside a vector loop runs once for all lanes, each
+        iteration one vector operation per statement of its body. When its bounds differ
+        between lanes (a split's tail: `k < n - 16 * jo - ji`), it runs from the smallest
+        first iteration of the lanes that are on to their largest end, each lane masked
+        off outside its own range."""
+        if s.kind not in (LoopKind.SERIAL, LoopKind.UNROLLED):
+            raise TensorlangError(f"internal: {s.kind.name.lower()} loop {s.var.name} inside "
+                                  "a vectorized loop")
+        b = self.builder
+        if any(isinstance(x, Var) and x.name in (self.vec.var, *self.vec.lets)
+               for e in (s.min, s.extent) for x in walk(e)):
+            self._lane_varying_loop(s)
+            return
+        vec, self.vec = self.vec, None          # the bounds are scalars
+        try:
+            lo = self.to_i64(self.expr(s.min), s.min.dtype)
+            n = self.to_i64(self.expr(s.extent), s.extent.dtype)
+        finally:
+            self.vec = vec
+        bound = int(s.extent.value) if isinstance(s.extent, Const) else s.max_extent
+        unroll = s.kind is LoopKind.UNROLLED or any(indexes(s, r) for r in self.registers)
+        if bound is not None and unroll and bound <= MAX_GUARDED_UNROLL:
+            for k in range(bound):              # guarded, as in `loop`
+                i = b.add(lo, ir.Constant(I64, k))
+                if isinstance(s.extent, Const):
+                    with self.bound(s.var.name, i):
+                        self.stmt(s.body)
+                    continue
+                with b.if_then(b.icmp_signed("<", ir.Constant(I64, k), n)):
+                    with self.bound(s.var.name, i):
+                        self.stmt(s.body)
+            return
+        self.serial_loop(s.var.name, lo, b.add(lo, n), s.body)
+
+    def _lane_varying_loop(self, s: For) -> None:
+        b = self.builder
+        lo = self.to_i64(self.expr(s.min), s.min.dtype)
+        hi = b.add(lo, self.to_i64(self.expr(s.extent), s.extent.dtype))
+        lo, hi = self.splat(lo), self.splat(hi)
+        vt = lo.type
+        on = self.vec.mask
+        if on is not None:      # lanes that are off do not widen the range
+            big = (1 << 63) - 1
+            lo = b.select(on, lo, ir.Constant(vt, [big] * vt.count))
+            hi = b.select(on, hi, ir.Constant(vt, [-big - 1] * vt.count))
+        first = b.call(self._declare(f"llvm.vector.reduce.smin.{type_suffix(vt)}", I64, [vt]),
+                       [lo])
+        last = b.call(self._declare(f"llvm.vector.reduce.smax.{type_suffix(vt)}", I64, [vt]),
+                      [hi])
+        pre = b.block
+        head = b.append_basic_block(f"{s.var.name}.head")
+        body = b.append_basic_block(f"{s.var.name}.body")
+        end = b.append_basic_block(f"{s.var.name}.end")
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(I64, name=s.var.name)
+        i.add_incoming(first, pre)
+        b.cbranch(b.icmp_signed("<", i, last), body, end)
+        b.position_at_end(body)
+        iv = self.splat(i)
+        inside = b.and_(b.icmp_signed(">=", iv, lo), b.icmp_signed("<", iv, hi))
+        with self.bound(s.var.name, i), self.vec.masked(self, inside):
+            self.stmt(s.body)
+        nxt = b.add(i, ir.Constant(I64, 1), flags=["nsw"])
+        i.add_incoming(nxt, b.block)
+        b.branch(head)
+        b.position_at_end(end)
 
     @contextlib.contextmanager
     def bound(self, name: str, value: ir.Value):

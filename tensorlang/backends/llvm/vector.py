@@ -297,16 +297,3 @@ class VectorContext:
         f = cg._declare(f"llvm.masked.scatter.{type_suffix(vt)}.v{self.lanes}p0",
                         ir.VoidType(), [vt, ptrs.type, I32, mask.type])
         b.call(f, [v, ptrs, self._align(s.buffer), mask])
-
-
-def check_vector_body(body) -> None:
-    from ...ir.stmt import For
-    from ...ir.visit import walk_stmt
-
-    for st in walk_stmt(body):
-        if isinstance(st, For):
-            raise TensorlangError(
-                f"vectorize: loop {st.var.name} is nested inside a vectorized loop; vectorize "
-                "the innermost loop"
-            )
-
