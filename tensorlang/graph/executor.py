@@ -92,7 +92,8 @@ def default_schedule(out: tl.Tensor, kind: str, work: int, fresh=None,
             _block_conv(s, out, big)
             return s
         elif kind in ("softmax", "reduce"):
-            _vector_reduce(s, _lanes(str(out.dtype)), big)
+            _vector_reduce(s, _lanes(str(out.dtype)), big,
+                           rows_of=out if kind == "softmax" else None)
             return s
         elif kind == "conv":
             _window_schedule(s, out, big)
@@ -128,7 +129,11 @@ def _combiner(st) -> str:
     return st.op.body.combiner.name if isinstance(st.op.body, Reduce) else ""
 
 
-def _vector_reduce(s: tl.Schedule, lanes: int, parallel: bool) -> None:
+ROW_BUFFER_BYTES = 8192     # a softmax row of exponentials kept per row (stack, L1)
+
+
+def _vector_reduce(s: tl.Schedule, lanes: int, parallel: bool,
+                   rows_of: tl.Tensor | None = None) -> None:
     """Reductions (sum, mean, max, ... over some axes) and softmax-like groups (row
     reductions, then an elementwise stage reading them). A sum over the axis that runs
     along memory is split by the vector width and rfactored: `lanes` partial sums
@@ -137,9 +142,26 @@ def _vector_reduce(s: tl.Schedule, lanes: int, parallel: bool) -> None:
     runs along memory (a sum over the batch), that axis is split by the vector width and
     its vector of outputs accumulates with the reduction loops outside it. Elementwise
     stages (a mean's scaling, softmax's quotient) are vectorised along their last axis;
-    the first axis of every stage runs in parallel when the work is large."""
+    the first axis of every stage runs in parallel when the work is large.
+
+    `rows_of` (softmax, log-softmax): the row statistics (max, sum) whose first axis is the
+    output's are computed at the output's first loop, so each row is read from memory once
+    and its three passes run in the cache (4096 x 1024: 7.7 -> 12+ GB/s on 2 cores)."""
     from ..ir.expr import Var
 
+    attach = []
+    if rows_of is not None:
+        rows = int(rows_of.shape[0].value) if len(rows_of.shape) >= 2 else 0
+        others = [st for st in s.stages if not any(st.op.output is o for o in s.outputs)
+                  and not st.inlined and st.state.attach is None and st.op.axis]
+        if rows <= 1 or any(st.op.reduce_axis and int(st.op.output.shape[0].value) != rows
+                            for st in others):
+            rows_of = None               # the statistics are not per row of the output
+        for st in others:                # intermediate values (softmax's exponentials):
+            t = st.op.output             # a row of them kept per row, else recomputed
+            if not st.op.reduce_axis and (rows_of is None or int(t.shape[-1].value) *
+                                          t.dtype.itemsize > ROW_BUFFER_BYTES):
+                st.compute_inline()
     for st in list(s.stages):
         if st.inlined or st.state.attach is not None or \
                 not (st.op.axis or st.op.reduce_axis):
@@ -167,10 +189,16 @@ def _vector_reduce(s: tl.Schedule, lanes: int, parallel: bool) -> None:
             st.vectorize(ji)
         if not spatial:
             continue
+        if rows_of is not None and t is not rows_of and len(t.shape) >= 2 and \
+                int(t.shape[0].value) == int(rows_of.shape[0].value) > 1:
+            attach.append(st)
+            continue
         outer = st.leaf_iter_vars[0]
         if parallel and st.state.loops[0].kind is not LoopKind.VECTORIZED and \
                 not outer.name.startswith(tuple(r.var.name for r in red)):
             st.parallel(outer)
+    for st in reversed(attach):     # readers first: a stage's readers are inside already
+        st.compute_at(s[rows_of], s[rows_of].leaf_iter_vars[0])
 
 
 PACK_MIN_FLOPS = 1 << 21   # a matmul this large packs B (the copy costs n*k, the reuse m/mr)
@@ -213,6 +241,11 @@ def gpu_schedule(out: tl.Tensor, kind: str, fresh, anchor: tl.Tensor | None = No
                 batch *= int(x.value)
             block, thread = _gpu_matmul_tiles(m, n, batch)
             gpu.matmul(s, mm, block, thread, 8, out=out)
+        if kind == "softmax":
+            for st in list(s.stages):    # intermediate rows (softmax's exponentials) inline
+                if not any(st.op.output is o for o in s.outputs) and not st.inlined and \
+                        not st.op.reduce_axis and st.op.axis and st.state.attach is None:
+                    st.compute_inline()
         if kind == "softmax" and len(out.shape) >= 2 and \
                 int(out.shape[-1].value) >= GPU_ROW_MIN:
             gpu.rows(s, out, min(256, _pow2(int(out.shape[-1].value))))

@@ -499,15 +499,19 @@ def _softmax_te(log):
         r1 = tl.reduce_axis((0, shp[ax]), name="r1")
         m = tl.compute(red, lambda *i: tl.max(x[along(r1)(*i)], axis=r1), name="m")
         r2 = tl.reduce_axis((0, shp[ax]), name="r2")
-        z = tl.compute(red, lambda *i: tl.sum(tl.exp(x[along(r2)(*i)] - m[i]), axis=r2),
-                       name="z")
 
         def at(i):
             return tuple(0 if d == ax else i[d] for d in range(len(shp)))
         if log:
+            z = tl.compute(red, lambda *i: tl.sum(tl.exp(x[along(r2)(*i)] - m[i]), axis=r2),
+                           name="z")
             y = tl.compute(shp, lambda *i: x[i] - m[at(i)] - tl.log(z[at(i)]), name="out")
         else:
-            y = tl.compute(shp, lambda *i: tl.exp(x[i] - m[at(i)]) / z[at(i)], name="out")
+            # the exponentials are a stage of their own: the CPU schedule keeps a row of
+            # them (computed once, read by the sum and the quotient); the GPU's inlines it
+            e = tl.compute(shp, lambda *i: tl.exp(x[i] - m[at(i)]), name="e")
+            z = tl.compute(red, lambda *i: tl.sum(e[along(r2)(*i)], axis=r2), name="z")
+            y = tl.compute(shp, lambda *i: e[i] / z[at(i)], name="out")
         return y, "softmax"
     return te
 

@@ -378,16 +378,25 @@ def test_nothing_parallel_or_vectorized_runs_inside_a_vector_loop():
     assert s[C].loops == ["i", "j", "k"]
 
 
+def _triangular(n):
+    X = tl.placeholder((n, n), name="X")
+    W = tl.placeholder((n, n), name="W")
+    k = tl.reduce_axis((0, n), name="k")
+    return X, W, tl.compute((n, n), lambda i, j: tl.sum(X[i, k] * W[k, j], axis=k,
+                                                         where=k <= j), name="Y")
+
+
+def _affine(n, dtype):
+    A = tl.placeholder((n,), dtype, name="A")
+    return A, tl.compute((n,), lambda i: A[i] * 2 + 1, name="B")
+
+
 def test_inner_loops_whose_bounds_vary_by_lane_run_masked():
     """An inner loop whose range differs between lanes (a triangular reduction; a split's
     outer loop inside its vectorised inner one, found by the pipeline fuzzer) runs over
     the union of the lanes' ranges, each lane masked off outside its own."""
     for n in (1, 7, 37):
-        X = tl.placeholder((n, n), name="X")
-        W = tl.placeholder((n, n), name="W")
-        k = tl.reduce_axis((0, n), name="k")
-        Y = tl.compute((n, n), lambda i, j: tl.sum(X[i, k] * W[k, j], axis=k, where=k <= j),
-                       name="Y")
+        X, W, Y = _triangular(n)
         s = tl.create_schedule(Y)
         jo, ji = s[Y].split(Y.op.axis[1], factor=8)
         s[Y].vectorize(ji)
@@ -397,8 +406,7 @@ def test_inner_loops_whose_bounds_vary_by_lane_run_masked():
         f(x, w, y)
         np.testing.assert_allclose(y, x @ np.triu(w), rtol=1e-4, atol=1e-5)
         for dt in ("float32", "float16"):
-            A = tl.placeholder((n * 3,), dt, name="A")
-            B = tl.compute((n * 3,), lambda i: A[i] * 2 + 1, name="B")
+            A, B = _affine(n * 3, dt)
             s = tl.create_schedule(B)
             o, i = s[B].split(B.op.axis[0], factor=16)
             s[B].vectorize(i)

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 
 from llvmlite import ir
 
-from ...errors import TensorlangError
 from ...ir.expr import (
     Add, Cast, Const, Expr, FloorDiv, FloorMod, IndexCheck, Load, Mul, Sub, Var, binary,
 )

@@ -80,13 +80,14 @@ def exp_f32(b: ir.IRBuilder, x: ir.Value, declare) -> ir.Value:
     fmin = declare(f"llvm.minnum.{suffix}", t, [t, t])
     fmax = declare(f"llvm.maxnum.{suffix}", t, [t, t])
     xc = b.call(fmax, [b.call(fmin, [x, c(OVERFLOW + 1.0)]), c(UNDERFLOW - 1.0)])
+    fma = declare(f"llvm.fmuladd.{suffix}", t, [t, t, t])   # one instruction where FMA exists
     nf = b.call(rint, [b.fmul(xc, c(LOG2E))])
-    r = b.fsub(xc, b.fmul(nf, c(LN2_HI)))
-    r = b.fsub(r, b.fmul(nf, c(LN2_LO)))
+    r = b.call(fma, [nf, c(-LN2_HI), xc])                  # exact: n * LN2_HI has 8 bits
+    r = b.call(fma, [nf, c(-LN2_LO), r])
     p = c(POLY[0])
     for k in POLY[1:]:
-        p = b.fadd(b.fmul(p, r), c(k))
-    y = b.fadd(b.fadd(b.fmul(b.fmul(p, r), r), r), c(1.0))
+        p = b.call(fma, [p, r, c(k)])
+    y = b.fadd(b.call(fma, [b.fmul(p, r), r, r]), c(1.0))
     n = b.fptosi(nf, it)
     n1 = b.ashr(n, ci(1))
     n2 = b.sub(n, n1)
