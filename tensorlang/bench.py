@@ -7,17 +7,20 @@ norm over the rows of 4096 x 1024 (GB/s: a read and a write), conv2d 1x64x56x56 
 3x3 filters (GFLOPS), and one SGD step of benchmarks/graph_mlp.py's MLP (steps/s).
 
 Systems: tensorlang (the graph executor's default schedules, as a user of `G.Executor`
-meets them), numpy, torch, TVM and Halide. TVM and Halide run the elementwise kernel and
-the matmul with the schedules their tutorials teach (TVM: tile 32x32, vectorise, parallel;
-Halide: tile, vectorise, parallel); a peer that is not installed is left blank, and
+meets them, writing into preallocated outputs with `run(..., out=)`), numpy, torch, TVM and
+Halide. TVM and Halide run the matmul, the elementwise kernel, softmax and conv2d with the
+schedules written out below (the structure their tutorials and apps teach: packed, register
+-blocked matmuls; rfactored row reductions computed per row; register-blocked direct
+convolution), into preallocated outputs; numpy and torch allocate their results as their
+users do. A peer that is not installed is left blank, and
 `--peer-python` names another interpreter for them (their wheels may want other numpy
 versions than tensorlang's environment). Every system runs in a fresh process (one system's
 spinning thread pool cannot steal the next one's cores), each result is checked against
 numpy, and the figure is the median over `--rounds` rounds.
 
 The machine's own limits come first: the FMA peak (an LLVM loop of independent fused
-multiply-adds on the widest vector registers, one per core) and the copy bandwidth (numpy
-copies in every core); each kernel is also stated as a fraction of the one that bounds it.
+multiply-adds on the widest vector registers, one per core) and the stream bandwidth (numpy
+copies and adds in every core); each kernel is also stated as a fraction of the one that bounds it.
 
 Usage: tensorlang bench OUT_DIR [--quick] [--rounds 3] [--kernels matmul,softmax,...]
        python -m tensorlang.bench --worker KERNEL SYSTEM [--quick]   (one measurement, JSON)
@@ -181,6 +184,10 @@ class Rows(Kernel):
 
     unit, bound = "GB/s", "bandwidth"
 
+    @property
+    def systems(self):
+        return SYSTEMS if self.op == "softmax" else ("tensorlang", "numpy", "torch")
+
     def __init__(self, name, op):
         self.name, self.op = name, op
 
@@ -214,10 +221,8 @@ class Rows(Kernel):
             v = G.Variable("x", (r, c), "float32")
             ex = G.Executor([G.softmax(v, axis=-1) if self.op == "softmax"
                              else G.layer_norm(v)])
-
-            def fn():
-                out["y"] = ex.run({v: x})[0]
-            return fn, check
+            out["y"] = np.empty_like(x)
+            return (lambda: ex.run({v: x}, out=[out["y"]])), check   # as TVM's, Halide's
         if system == "numpy":
             def fn():
                 out["y"] = self.reference(x)
@@ -233,11 +238,17 @@ class Rows(Kernel):
             def fn():
                 out["y"] = op().numpy()
             return fn, check
+        if system in PEERS:
+            y = np.empty_like(x)
+            out["y"] = y
+            fn, fetch = (_tvm_softmax if system == "tvm" else _halide_softmax)(x, y)
+            return fn, _then(fetch, check)
         raise NotImplementedError(system)
 
 
 class Conv2d(Kernel):
     name, unit, bound = "conv2d 3x3", "GFLOPS", "flops"
+    systems = SYSTEMS
 
     def dims(self, quick):
         return (1, 8, 12, 8) if quick else (1, 64, 56, 64)   # n, c, h = w, k
@@ -251,8 +262,6 @@ class Conv2d(Kernel):
         return 2.0 * n * k * c * 9 * h * h
 
     def setup(self, system, quick):
-        from .graph.nnops import conv2d_ref
-
         n, c, h, k = self.dims(quick)
         rng = np.random.default_rng(0)
         x = rng.standard_normal((n, c, h, h)).astype("float32")
@@ -260,17 +269,17 @@ class Conv2d(Kernel):
         out = {}
 
         def check():
-            want = conv2d_ref(x.astype("f8"), w.astype("f8"), 1, 1)
+            xp = np.pad(x.astype("f8"), ((0, 0), (0, 0), (1, 1), (1, 1)))
+            win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))
+            want = np.einsum("ncijpq,ocpq->noij", win, w.astype("f8"))
             np.testing.assert_allclose(out["y"], want, rtol=1e-3, atol=1e-3)
         if system == "tensorlang":
             import tensorlang.graph as G
 
             vx, vw = G.Variable("x", x.shape, "float32"), G.Variable("w", w.shape, "float32")
             ex = G.Executor([G.conv2d(vx, vw, padding=1)])
-
-            def fn():
-                out["y"] = ex.run({vx: x, vw: w})[0]
-            return fn, check
+            out["y"] = np.empty((n, k, h, h), np.float32)
+            return (lambda: ex.run({vx: x, vw: w}, out=[out["y"]])), check
         if system == "numpy":
             wm = w.reshape(k, -1)
 
@@ -289,6 +298,11 @@ class Conv2d(Kernel):
             def fn():
                 out["y"] = torch.nn.functional.conv2d(tx, tw, padding=1).numpy()
             return fn, check
+        if system in PEERS:
+            y = np.empty((n, k, h, h), np.float32)
+            out["y"] = y
+            fn, fetch = (_tvm_conv2d if system == "tvm" else _halide_conv2d)(x, w, y)
+            return fn, _then(fetch, check)
         raise NotImplementedError(system)
 
 
@@ -412,6 +426,144 @@ def _tvm_matmul(a, b, c, bm=8, bn=32):
     return _tvm_run(sch, [a, b, c], c)
 
 
+def _tvm_softmax(x, y, vec=16):
+    """Row softmax as TVM's topi writes it (max, exponentials, their sum, the quotient),
+    scheduled as a TVM user would on a CPU: both reductions rfactored into vector lanes,
+    everything per row computed at the output's row loop, rows in parallel."""
+    from tvm import s_tir, te
+
+    m, n = x.shape
+    X = te.placeholder((m, n), name="X")
+    k1, k2 = te.reduce_axis((0, n), "k1"), te.reduce_axis((0, n), "k2")
+    mx = te.compute((m,), lambda i: te.max(X[i, k1], axis=k1), name="mx")
+    ex = te.compute((m, n), lambda i, j: te.exp(X[i, j] - mx[i]), name="ex")
+    sm = te.compute((m,), lambda i: te.sum(ex[i, k2], axis=k2), name="sm")
+    Y = te.compute((m, n), lambda i, j: ex[i, j] / sm[i], name="Y")
+    sch = s_tir.Schedule(te.create_prim_func([X, Y]))
+    rfs = []
+    for name in ("mx", "sm"):
+        _, k = sch.get_loops(sch.get_sblock(name))
+        _, ki = sch.split(k, [None, vec])
+        rfs.append(sch.rfactor(ki, 0))
+    i, j = sch.get_loops(sch.get_sblock("Y"))
+    for blk in (sch.get_sblock("sm"), rfs[1], sch.get_sblock("ex"), sch.get_sblock("mx"),
+                rfs[0]):                 # each block's consumers are under i already
+        sch.compute_at(blk, i)
+    sch.parallel(i)
+    sch.vectorize(sch.split(j, [None, vec])[1])
+    sch.vectorize(sch.split(sch.get_loops(sch.get_sblock("ex"))[-1], [None, vec])[1])
+    for rf in rfs:
+        lp = sch.get_loops(rf)
+        sch.reorder(lp[-1], lp[-2])
+        sch.vectorize(lp[-2])
+        sch.decompose_reduction(rf, lp[-1])
+    return _tvm_run(sch, [x, y], y)
+
+
+def _halide_softmax(x, y, vec=16, rows=64):
+    """The same structure in Halide: per row (split into parallel groups of rows), the
+    maximum and the sum over 16-lane vector partials (rfactor), the exponentials kept."""
+    import halide as hl
+
+    m, n = x.shape
+    X = hl.ImageParam(hl.Float(32), 2, "X")          # X(j, i): j is the column
+    j, i, io, ii, u = (hl.Var(v) for v in ("j", "i", "io", "ii", "u"))
+    r = hl.RDom([(0, n)], "r")
+    mx, ex, sm, Y = hl.Func("mx"), hl.Func("ex"), hl.Func("sm"), hl.Func("Y")
+    mx[i] = hl.f32(float("-inf"))
+    mx[i] = hl.max(mx[i], X[r.x, i])
+    ex[j, i] = hl.exp(X[j, i] - mx[i])
+    sm[i] = hl.f32(0)
+    sm[i] += ex[r.x, i]
+    Y[j, i] = ex[j, i] / sm[i]
+    Y.split(i, io, ii, min(rows, m)).parallel(io).vectorize(j, vec)
+    ex.compute_at(Y, ii).vectorize(j, vec)
+    for f in (mx, sm):
+        f.compute_at(Y, ii)
+        ro, ri = hl.RVar("ro"), hl.RVar("ri")
+        inter = f.update().split(r.x, ro, ri, vec).rfactor(ri, u)
+        inter.compute_at(Y, ii).vectorize(u, vec).update().vectorize(u, vec)
+    Y.bound(j, 0, n).bound(i, 0, m)
+    Y.compile_jit(hl.get_jit_target_from_environment())
+    X.set(hl.Buffer(x))
+    ob = hl.Buffer(y)
+    return (lambda: Y.realize(ob)), None
+
+
+def _tvm_conv2d(x, w, y, kt=4, vec=16, nv=4):
+    """Direct NCHW conv2d (pad 1) with the register-blocked schedule tensorlang's executor
+    uses, written for TVM: kt output channels x nv vectors of columns accumulate in a
+    cache_write tile over (c, kh, kw), the padded input its own vectorised stage, channel
+    tiles in parallel."""
+    import tvm
+    from tvm import s_tir, te
+
+    nb, c, h, wd = x.shape
+    k = w.shape[0]
+    X = te.placeholder(x.shape, name="X")
+    W = te.placeholder(w.shape, name="W")
+    P = te.compute((nb, c, h + 2, wd + 2), lambda a, b, i, j: te.if_then_else(
+        te.all(i >= 1, i <= h, j >= 1, j <= wd), X[a, b, i - 1, j - 1],
+        tvm.tirx.const(0.0, "float32")), name="P")
+    rc, ry, rx = (te.reduce_axis((0, c), "rc"), te.reduce_axis((0, 3), "ry"),
+                  te.reduce_axis((0, 3), "rx"))
+    Y = te.compute((nb, k, h, wd), lambda a, o, i, j: te.sum(
+        P[a, rc, i + ry, j + rx] * W[o, rc, ry, rx], axis=[rc, ry, rx]), name="Y")
+    sch = s_tir.Schedule(te.create_prim_func([X, W, Y]))
+    blk = sch.get_sblock("Y")
+    cc = sch.cache_write(blk, 0, "global")
+    a, o, i, j = sch.get_loops(cc)
+    # TVM reorders only loops with no guard between them: the column tile divides the
+    # width (56 -> 56, a vector of 56 lanes that LLVM splits into 4 registers)
+    jt = max(d for d in range(1, min(vec * nv, wd) + 1) if wd % d == 0)
+    oo, oi = sch.split(o, [None, kt])
+    jo, ji = sch.split(j, [None, jt])
+    sch.reorder(a, oo, i, jo, oi, ji)
+    sch.compute_at(blk, jo)
+    *_, lo, lj, lc, ly, lx = sch.get_loops(blk)
+    sch.reorder(lc, ly, lx, lo, lj)
+    sch.unroll(lo)
+    sch.vectorize(lj)
+    sch.vectorize(ji)
+    sch.parallel(oo)                     # before decompose_reduction, as TVM requires
+    sch.decompose_reduction(blk, lc)
+    pa, pb, pi, pj = sch.get_loops(sch.get_sblock("P"))
+    sch.parallel(sch.fuse(pa, pb))
+    return _tvm_run(sch, [x, w, y], y)
+
+
+def _halide_conv2d(x, w, y, kt=4, vec=16, nv=4):
+    """The same conv in Halide: a kt x (nv vectors) tile of outputs accumulated over
+    (c, kh, kw) at each tile, output-channel tiles in parallel, zero padding as a
+    boundary condition."""
+    import halide as hl
+
+    nb, c, h, wd = x.shape
+    k = w.shape[0]
+    X = hl.ImageParam(hl.Float(32), 4, "X")            # X(j, i, c, n)
+    W = hl.ImageParam(hl.Float(32), 4, "W")            # W(kw, kh, c, k)
+    j, i, o, n, ji, oi = (hl.Var(v) for v in ("j", "i", "o", "n", "ji", "oi"))
+    r = hl.RDom([(0, 3), (0, 3), (0, c)], "r")
+    pad = hl.BoundaryConditions.constant_exterior(X, 0.0)
+    acc = hl.Func("acc")
+    acc[j, i, o, n] = 0.0
+    acc[j, i, o, n] += pad[j + r.x - 1, i + r.y - 1, r.z, n] * W[r.x, r.y, r.z, o]
+    Y = hl.Func("Y")
+    Y[j, i, o, n] = acc[j, i, o, n]
+    tw = min(vec * nv, wd)
+    vec = min(vec, tw)
+    Y.split(j, j, ji, tw).split(o, o, oi, min(kt, k)).reorder(ji, oi, j, i, o, n) \
+        .vectorize(ji, vec).parallel(o)
+    acc.compute_at(Y, j).vectorize(j, vec)
+    acc.update().reorder(j, o, r.x, r.y, r.z).vectorize(j, vec).unroll(j).unroll(o)
+    Y.bound(j, 0, wd).bound(i, 0, h).bound(o, 0, k).bound(n, 0, nb)
+    Y.compile_jit(hl.get_jit_target_from_environment())
+    X.set(hl.Buffer(x))
+    W.set(hl.Buffer(w))
+    ob = hl.Buffer(y)
+    return (lambda: Y.realize(ob)), None
+
+
 def _halide_elementwise(A, B, C, D, E):
     import halide as hl
 
@@ -528,24 +680,25 @@ exit:
 
 
 def copy_bandwidth(mbytes: int = 256) -> float:
-    """Bytes/s of numpy copies in every core at once (a read and a write counted)."""
+    """Streaming bandwidth, bytes/s: the best of numpy copies (a read and a write counted)
+    and numpy adds (two reads and a write) running in every core at once."""
     import threading
 
     n = mbytes * (1 << 20) // 4 // _threads()
-    pairs = [(np.ones(n, np.float32), np.empty(n, np.float32)) for _ in range(_threads())]
-
-    def copy(a, b):
-        for _ in range(5):
-            np.copyto(b, a)
+    arrays = [(np.ones(n, np.float32), np.ones(n, np.float32), np.empty(n, np.float32))
+              for _ in range(_threads())]
     best = 0.0
-    for _ in range(3):
-        threads = [threading.Thread(target=copy, args=p) for p in pairs]
-        t0 = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        best = max(best, 5 * 2 * 4 * n * len(pairs) / (time.perf_counter() - t0))
+    for moved, op in ((2, lambda a, b, c: np.copyto(c, a)),
+                      (3, lambda a, b, c: np.add(a, b, out=c))):
+        for _ in range(3):
+            threads = [threading.Thread(target=lambda p=p, op=op: [op(*p) for _ in range(5)])
+                       for p in arrays]
+            t0 = time.perf_counter()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            best = max(best, 5 * moved * 4 * n * len(arrays) / (time.perf_counter() - t0))
     return best
 
 
@@ -614,7 +767,7 @@ def run(out_dir: str, quick: bool = False, rounds: int = 3, kernels=None,
     flops, bits = peak_flops(0.05 if quick else 0.3)
     bw = copy_bandwidth(16 if quick else 256)
     progress(f"machine: {machine()}; FMA peak {flops / 1e9:.0f} GFLOPS ({bits}-bit vectors), "
-             f"copy bandwidth {bw / 1e9:.1f} GB/s")
+             f"stream bandwidth {bw / 1e9:.1f} GB/s")
     results: dict[tuple, list] = {}
     notes: dict[tuple, str] = {}
     for r in range(rounds):
@@ -643,8 +796,8 @@ def _table(names, quick, results, notes, flops, bw, bits) -> str:
     t = Target.parse("llvm")
     lines = [f"# tensorlang bench ({time.strftime('%Y-%m-%d')})", "",
              f"Machine: {machine()}; target {t.cpu} with {bits}-bit vectors. Measured FMA "
-             f"peak {flops / 1e9:.0f} GFLOPS, copy bandwidth {bw / 1e9:.1f} GB/s "
-             "(numpy copies in every core).", "",
+             f"peak {flops / 1e9:.0f} GFLOPS, stream bandwidth {bw / 1e9:.1f} GB/s "
+             "(the best of numpy copies and adds in every core).", "",
              "Median over rounds; every system in its own process, taken in turn; higher is "
              "better. Ratio: tensorlang / the best of the other systems measured.", "",
              "| kernel | size | unit | " + " | ".join(SYSTEMS) +
@@ -695,7 +848,7 @@ def _chart(names, quick, results, flops, bw, path) -> None:
             ax.bar(xs, ys, width, label=s)
     ax.set_xticks(range(len(names)))
     ax.set_xticklabels([n for n in names], rotation=15, fontsize=8)
-    ax.set_ylabel("fraction of the machine's peak (FMA or copy bandwidth)")
+    ax.set_ylabel("fraction of the machine's peak (FMA or stream bandwidth)")
     ax.set_title(f"tensorlang bench{' (quick sizes)' if quick else ''}: {machine()}")
     ax.legend(fontsize=8)
     fig.tight_layout()
