@@ -567,16 +567,8 @@ class FunctionCodegen:
             # copy-out): unrolled to isl's bound, each iteration guarded, so that every
             # index into the array is a constant and SROA keeps it in registers (one
             # dynamic index would put the whole tile in memory: 4x slower matmuls)
-            hi = b.add(lo, self.to_i64(self.expr(s.extent), s.extent.dtype))
-            for k in range(bound):
-                i = b.add(lo, ir.Constant(I64, k))
-                if isinstance(s.extent, Const):
-                    with self.bound(s.var.name, i):
-                        self.stmt(s.body)
-                    continue
-                with b.if_then(b.icmp_signed("<", i, hi)):
-                    with self.bound(s.var.name, i):
-                        self.stmt(s.body)
+            self.guarded_unroll(s, lo, b.add(lo, self.to_i64(self.expr(s.extent),
+                                                             s.extent.dtype)), bound)
             return
         if s.kind is LoopKind.PARALLEL and not self.in_parallel and \
                 (self.threads > 1 or self.threads == AOT_THREADS):
@@ -608,17 +600,22 @@ class FunctionCodegen:
         bound = int(s.extent.value) if isinstance(s.extent, Const) else s.max_extent
         unroll = s.kind is LoopKind.UNROLLED or any(indexes(s, r) for r in self.registers)
         if bound is not None and unroll and bound <= MAX_GUARDED_UNROLL:
-            for k in range(bound):              # guarded, as in `loop`
-                i = b.add(lo, ir.Constant(I64, k))
-                if isinstance(s.extent, Const):
-                    with self.bound(s.var.name, i):
-                        self.stmt(s.body)
-                    continue
-                with b.if_then(b.icmp_signed("<", ir.Constant(I64, k), n)):
-                    with self.bound(s.var.name, i):
-                        self.stmt(s.body)
+            self.guarded_unroll(s, lo, b.add(lo, n), bound)
             return
         self.serial_loop(s.var.name, lo, b.add(lo, n), s.body)
+
+    def guarded_unroll(self, s: For, lo: ir.Value, hi: ir.Value, bound: int) -> None:
+        """`s` unrolled to `bound` iterations, each guarded by `i < hi` unless the extent
+        is a constant."""
+        b = self.builder
+        for k in range(bound):
+            i = b.add(lo, ir.Constant(I64, k))
+            with self.bound(s.var.name, i):
+                if isinstance(s.extent, Const):
+                    self.stmt(s.body)
+                    continue
+                with b.if_then(b.icmp_signed("<", i, hi)):
+                    self.stmt(s.body)
 
     def _lane_varying_loop(self, s: For) -> None:
         b = self.builder
@@ -635,24 +632,12 @@ class FunctionCodegen:
                        [lo])
         last = b.call(self._declare(f"llvm.vector.reduce.smax.{type_suffix(vt)}", I64, [vt]),
                       [hi])
-        pre = b.block
-        head = b.append_basic_block(f"{s.var.name}.head")
-        body = b.append_basic_block(f"{s.var.name}.body")
-        end = b.append_basic_block(f"{s.var.name}.end")
-        b.branch(head)
-        b.position_at_end(head)
-        i = b.phi(I64, name=s.var.name)
-        i.add_incoming(first, pre)
-        b.cbranch(b.icmp_signed("<", i, last), body, end)
-        b.position_at_end(body)
-        iv = self.splat(i)
-        inside = b.and_(b.icmp_signed(">=", iv, lo), b.icmp_signed("<", iv, hi))
-        with self.bound(s.var.name, i), self.vec.masked(self, inside):
-            self.stmt(s.body)
-        nxt = b.add(i, ir.Constant(I64, 1), flags=["nsw"])
-        i.add_incoming(nxt, b.block)
-        b.branch(head)
-        b.position_at_end(end)
+
+        def own_range(i):                # each lane on only inside its own [lo, hi)
+            iv = self.splat(i)
+            inside = b.and_(b.icmp_signed(">=", iv, lo), b.icmp_signed("<", iv, hi))
+            return self.vec.masked(self, inside)
+        self.serial_loop(s.var.name, first, last, s.body, within=own_range)
 
     @contextlib.contextmanager
     def bound(self, name: str, value: ir.Value):
@@ -669,7 +654,9 @@ class FunctionCodegen:
             else:
                 self.env[name] = saved
 
-    def serial_loop(self, name: str, lo: ir.Value, hi: ir.Value, body_stmt: Stmt) -> None:
+    def serial_loop(self, name: str, lo: ir.Value, hi: ir.Value, body_stmt: Stmt,
+                    within=None) -> None:
+        """for name in [lo, hi): body; `within(i)`, a context the body runs in (a mask)."""
         b = self.builder
         pre = b.block
         head = b.append_basic_block(f"{name}.head")
@@ -681,7 +668,7 @@ class FunctionCodegen:
         i.add_incoming(lo, pre)
         b.cbranch(b.icmp_signed("<", i, hi), body, end)
         b.position_at_end(body)
-        with self.bound(name, i):
+        with self.bound(name, i), (within(i) if within else contextlib.nullcontext()):
             self.stmt(body_stmt)
         nxt = b.add(i, ir.Constant(I64, 1), flags=["nsw"])
         i.add_incoming(nxt, b.block)
