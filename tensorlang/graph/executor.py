@@ -442,7 +442,7 @@ def schedule_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "
 
     def fresh():
         return tl.create_schedule(out)
-    if anchor is not None and not any(st.op is anchor.op for st in fresh().stages):
+    if anchor is not None and not _reads_tensor(out, anchor):
         anchor = None       # the output reads only the matmul's shape (an `unreduce`)
     kind = "matmul" if anchor is not None else kinds[-1]
     if target in GPU_TARGETS:
@@ -450,6 +450,19 @@ def schedule_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "
     else:
         s = default_schedule(out, kind, _work(tshapes[-1], shapes), fresh, anchor)
     return s, ins, out
+
+
+def _reads_tensor(t: tl.Tensor, x: tl.Tensor) -> bool:
+    """Whether computing `t` reads `x`, directly or through other computes."""
+    seen, todo = set(), [t]
+    while todo:
+        y = todo.pop()
+        if y is x:
+            return True
+        if id(y.op) not in seen:
+            seen.add(id(y.op))
+            todo.extend(getattr(y.op, "input_tensors", ()))
+    return False
 
 
 def _inline_members(tensors: list, keep) -> None:
