@@ -9,7 +9,7 @@ norm over the rows of 4096 x 1024 (GB/s: a read and a write), conv2d 1x64x56x56 
 Systems: tensorlang (the graph executor's default schedules, as a user of `G.Executor`
 meets them, writing into preallocated outputs with `run(..., out=)`), numpy, torch, TVM and
 Halide. TVM and Halide run the matmul, the elementwise kernel, softmax and conv2d with the
-schedules written out below (the structure their tutorials and apps teach: packed, register
+schedules in bench_peers.py (the structure their tutorials and apps teach: packed, register
 -blocked matmuls; rfactored row reductions computed per row; register-blocked direct
 convolution), into preallocated outputs; numpy and torch allocate their results as their
 users do. A peer that is not installed is left blank, and
@@ -119,8 +119,7 @@ class Matmul(Kernel):
             ta, tb, tc = (torch.from_numpy(v) for v in (a, b, c))
             return (lambda: torch.mm(ta, tb, out=tc)), check
         if system in PEERS:
-            fn, fetch = (_tvm_matmul if system == "tvm" else _halide_matmul)(a, b, c)
-            return fn, _then(fetch, check)
+            return _peer("matmul", system, a, b, c, check=check)
         raise NotImplementedError(system)
 
 
@@ -173,9 +172,7 @@ class Elementwise(Kernel):
                 torch.add(tmp, tD, out=tE)
             return fn, check
         if system in PEERS:
-            fn, fetch = (_tvm_elementwise if system == "tvm" else _halide_elementwise)(
-                A, B, C, D, E)
-            return fn, _then(fetch, check)
+            return _peer("elementwise", system, A, B, C, D, E, check=check)
         raise NotImplementedError(system)
 
 
@@ -241,8 +238,7 @@ class Rows(Kernel):
         if system in PEERS:
             y = np.empty_like(x)
             out["y"] = y
-            fn, fetch = (_tvm_softmax if system == "tvm" else _halide_softmax)(x, y)
-            return fn, _then(fetch, check)
+            return _peer("softmax", system, x, y, check=check)
         raise NotImplementedError(system)
 
 
@@ -301,8 +297,7 @@ class Conv2d(Kernel):
         if system in PEERS:
             y = np.empty((n, k, h, h), np.float32)
             out["y"] = y
-            fn, fetch = (_tvm_conv2d if system == "tvm" else _halide_conv2d)(x, w, y)
-            return fn, _then(fetch, check)
+            return _peer("conv2d", system, x, w, y, check=check)
         raise NotImplementedError(system)
 
 
@@ -347,267 +342,14 @@ def _then(fetch, check):
     return both
 
 
-def _tvm_target():
-    import tvm
-
-    from tvm.target import codegen
-
-    return tvm.target.Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu(),
-                              "num-cores": _threads()})
-
-
-def _tvm_run(sch, arrays, out):
-    import tvm
-
-    lib = tvm.compile(sch.mod, target=_tvm_target())
-    f = lib["main"]
-    dev = tvm.cpu()
-    args = [tvm.runtime.tensor(v, dev) for v in arrays]
-
-    def fn():
-        f(*args)
-
-    def check():
-        np.copyto(out, args[-1].numpy())
-    return fn, check
-
-
-def _tvm_elementwise(A, B, C, D, E):
-    from tvm import s_tir, te
-
-    n = len(A)
-    ts = [te.placeholder((n,), name=s) for s in "ABCD"]
-    out = te.compute((n,), lambda i: ts[3][i] + (ts[0][i] + ts[1][i]) * ts[2][i], name="E")
-    sch = s_tir.Schedule(te.create_prim_func([*ts, out]))
-    (i,) = sch.get_loops(sch.get_sblock("E"))
-    io, ii, iv = sch.split(i, [None, 64, 16])
-    sch.parallel(io)
-    sch.vectorize(iv)
-    return _tvm_run(sch, [A, B, C, D, E], E)
-
-
-def _tvm_matmul(a, b, c, bm=8, bn=32):
-    """The structure of TVM's opt_gemm tutorial at its end (B packed in panels of bn columns,
-    cache_write at the tile, the k loop outside unrolled rows and vector columns, the
-    outer tile loop parallel), with the tile shrunk to a register tile bm x bn."""
-    import tvm
-    from tvm import s_tir, te
-
-    m, k = a.shape
-    n = b.shape[1]
-    A, B = te.placeholder((m, k), name="A"), te.placeholder((k, n), name="B")
-    panels = -(-n // bn)
-    packed = te.compute((panels, k, bn), lambda p, kk, q: te.if_then_else(
-        p * bn + q < n, B[kk, p * bn + q], tvm.tirx.const(0.0, "float32")), name="packedB")
-    r = te.reduce_axis((0, k), name="k")
-    C = te.compute((m, n), lambda i, j: te.sum(
-        A[i, r] * packed[j // bn, r, tvm.tirx.indexmod(j, bn)], axis=r), name="C")
-    sch = s_tir.Schedule(te.create_prim_func([A, B, C]))
-    blk = sch.get_sblock("C")
-    cc = sch.cache_write(blk, 0, "global")
-    i, j = sch.get_loops(cc)
-    io, ii = sch.split(i, [None, bm])
-    jo, ji = sch.split(j, [None, bn])
-    sch.reorder(io, jo, ii, ji)
-    sch.compute_at(blk, jo)
-    mc, nc, kk = sch.get_loops(blk)[-3:]
-    sch.reorder(kk, mc, nc)
-    sch.unroll(mc)
-    sch.vectorize(nc)
-    sch.parallel(io)
-    init = sch.decompose_reduction(blk, kk)
-    il = sch.get_loops(init)
-    sch.unroll(il[-2])
-    sch.vectorize(il[-1])
-    sch.vectorize(ji)
-    p, _, q = sch.get_loops(sch.get_sblock("packedB"))
-    sch.vectorize(q)
-    sch.parallel(p)
-    return _tvm_run(sch, [a, b, c], c)
-
-
-def _tvm_softmax(x, y, vec=16):
-    """Row softmax as TVM's topi writes it (max, exponentials, their sum, the quotient),
-    scheduled as a TVM user would on a CPU: both reductions rfactored into vector lanes,
-    everything per row computed at the output's row loop, rows in parallel."""
-    from tvm import s_tir, te
-
-    m, n = x.shape
-    X = te.placeholder((m, n), name="X")
-    k1, k2 = te.reduce_axis((0, n), "k1"), te.reduce_axis((0, n), "k2")
-    mx = te.compute((m,), lambda i: te.max(X[i, k1], axis=k1), name="mx")
-    ex = te.compute((m, n), lambda i, j: te.exp(X[i, j] - mx[i]), name="ex")
-    sm = te.compute((m,), lambda i: te.sum(ex[i, k2], axis=k2), name="sm")
-    Y = te.compute((m, n), lambda i, j: ex[i, j] / sm[i], name="Y")
-    sch = s_tir.Schedule(te.create_prim_func([X, Y]))
-    rfs = []
-    for name in ("mx", "sm"):
-        _, k = sch.get_loops(sch.get_sblock(name))
-        _, ki = sch.split(k, [None, vec])
-        rfs.append(sch.rfactor(ki, 0))
-    i, j = sch.get_loops(sch.get_sblock("Y"))
-    for blk in (sch.get_sblock("sm"), rfs[1], sch.get_sblock("ex"), sch.get_sblock("mx"),
-                rfs[0]):                 # each block's consumers are under i already
-        sch.compute_at(blk, i)
-    sch.parallel(i)
-    sch.vectorize(sch.split(j, [None, vec])[1])
-    sch.vectorize(sch.split(sch.get_loops(sch.get_sblock("ex"))[-1], [None, vec])[1])
-    for rf in rfs:
-        lp = sch.get_loops(rf)
-        sch.reorder(lp[-1], lp[-2])
-        sch.vectorize(lp[-2])
-        sch.decompose_reduction(rf, lp[-1])
-    return _tvm_run(sch, [x, y], y)
-
-
-def _halide_softmax(x, y, vec=16, rows=64):
-    """The same structure in Halide: per row (split into parallel groups of rows), the
-    maximum and the sum over 16-lane vector partials (rfactor), the exponentials kept."""
-    import halide as hl
-
-    m, n = x.shape
-    X = hl.ImageParam(hl.Float(32), 2, "X")          # X(j, i): j is the column
-    j, i, io, ii, u = (hl.Var(v) for v in ("j", "i", "io", "ii", "u"))
-    r = hl.RDom([(0, n)], "r")
-    mx, ex, sm, Y = hl.Func("mx"), hl.Func("ex"), hl.Func("sm"), hl.Func("Y")
-    mx[i] = hl.f32(float("-inf"))
-    mx[i] = hl.max(mx[i], X[r.x, i])
-    ex[j, i] = hl.exp(X[j, i] - mx[i])
-    sm[i] = hl.f32(0)
-    sm[i] += ex[r.x, i]
-    Y[j, i] = ex[j, i] / sm[i]
-    Y.split(i, io, ii, min(rows, m)).parallel(io).vectorize(j, vec)
-    ex.compute_at(Y, ii).vectorize(j, vec)
-    for f in (mx, sm):
-        f.compute_at(Y, ii)
-        ro, ri = hl.RVar("ro"), hl.RVar("ri")
-        inter = f.update().split(r.x, ro, ri, vec).rfactor(ri, u)
-        inter.compute_at(Y, ii).vectorize(u, vec).update().vectorize(u, vec)
-    Y.bound(j, 0, n).bound(i, 0, m)
-    Y.compile_jit(hl.get_jit_target_from_environment())
-    X.set(hl.Buffer(x))
-    ob = hl.Buffer(y)
-    return (lambda: Y.realize(ob)), None
-
-
-def _tvm_conv2d(x, w, y, kt=4, vec=16, nv=4):
-    """Direct NCHW conv2d (pad 1) with the register-blocked schedule tensorlang's executor
-    uses, written for TVM: kt output channels x nv vectors of columns accumulate in a
-    cache_write tile over (c, kh, kw), the padded input its own vectorised stage, channel
-    tiles in parallel."""
-    import tvm
-    from tvm import s_tir, te
-
-    nb, c, h, wd = x.shape
-    k = w.shape[0]
-    X = te.placeholder(x.shape, name="X")
-    W = te.placeholder(w.shape, name="W")
-    P = te.compute((nb, c, h + 2, wd + 2), lambda a, b, i, j: te.if_then_else(
-        te.all(i >= 1, i <= h, j >= 1, j <= wd), X[a, b, i - 1, j - 1],
-        tvm.tirx.const(0.0, "float32")), name="P")
-    rc, ry, rx = (te.reduce_axis((0, c), "rc"), te.reduce_axis((0, 3), "ry"),
-                  te.reduce_axis((0, 3), "rx"))
-    Y = te.compute((nb, k, h, wd), lambda a, o, i, j: te.sum(
-        P[a, rc, i + ry, j + rx] * W[o, rc, ry, rx], axis=[rc, ry, rx]), name="Y")
-    sch = s_tir.Schedule(te.create_prim_func([X, W, Y]))
-    blk = sch.get_sblock("Y")
-    cc = sch.cache_write(blk, 0, "global")
-    a, o, i, j = sch.get_loops(cc)
-    # TVM reorders only loops with no guard between them: the column tile divides the
-    # width (56 -> 56, a vector of 56 lanes that LLVM splits into 4 registers)
-    jt = max(d for d in range(1, min(vec * nv, wd) + 1) if wd % d == 0)
-    oo, oi = sch.split(o, [None, kt])
-    jo, ji = sch.split(j, [None, jt])
-    sch.reorder(a, oo, i, jo, oi, ji)
-    sch.compute_at(blk, jo)
-    *_, lo, lj, lc, ly, lx = sch.get_loops(blk)
-    sch.reorder(lc, ly, lx, lo, lj)
-    sch.unroll(lo)
-    sch.vectorize(lj)
-    sch.vectorize(ji)
-    sch.parallel(oo)                     # before decompose_reduction, as TVM requires
-    sch.decompose_reduction(blk, lc)
-    pa, pb, pi, pj = sch.get_loops(sch.get_sblock("P"))
-    sch.parallel(sch.fuse(pa, pb))
-    return _tvm_run(sch, [x, w, y], y)
-
-
-def _halide_conv2d(x, w, y, kt=4, vec=16, nv=4):
-    """The same conv in Halide: a kt x (nv vectors) tile of outputs accumulated over
-    (c, kh, kw) at each tile, output-channel tiles in parallel, zero padding as a
-    boundary condition."""
-    import halide as hl
-
-    nb, c, h, wd = x.shape
-    k = w.shape[0]
-    X = hl.ImageParam(hl.Float(32), 4, "X")            # X(j, i, c, n)
-    W = hl.ImageParam(hl.Float(32), 4, "W")            # W(kw, kh, c, k)
-    j, i, o, n, ji, oi = (hl.Var(v) for v in ("j", "i", "o", "n", "ji", "oi"))
-    r = hl.RDom([(0, 3), (0, 3), (0, c)], "r")
-    pad = hl.BoundaryConditions.constant_exterior(X, 0.0)
-    acc = hl.Func("acc")
-    acc[j, i, o, n] = 0.0
-    acc[j, i, o, n] += pad[j + r.x - 1, i + r.y - 1, r.z, n] * W[r.x, r.y, r.z, o]
-    Y = hl.Func("Y")
-    Y[j, i, o, n] = acc[j, i, o, n]
-    tw = min(vec * nv, wd)
-    vec = min(vec, tw)
-    Y.split(j, j, ji, tw).split(o, o, oi, min(kt, k)).reorder(ji, oi, j, i, o, n) \
-        .vectorize(ji, vec).parallel(o)
-    acc.compute_at(Y, j).vectorize(j, vec)
-    acc.update().reorder(j, o, r.x, r.y, r.z).vectorize(j, vec).unroll(j).unroll(o)
-    Y.bound(j, 0, wd).bound(i, 0, h).bound(o, 0, k).bound(n, 0, nb)
-    Y.compile_jit(hl.get_jit_target_from_environment())
-    X.set(hl.Buffer(x))
-    W.set(hl.Buffer(w))
-    ob = hl.Buffer(y)
-    return (lambda: Y.realize(ob)), None
-
-
-def _halide_elementwise(A, B, C, D, E):
-    import halide as hl
-
-    ins = [hl.ImageParam(hl.Float(32), 1, s) for s in "ABCD"]
-    x, xo, xi = hl.Var("x"), hl.Var("xo"), hl.Var("xi")
-    f = hl.Func("E")
-    f[x] = ins[3][x] + (ins[0][x] + ins[1][x]) * ins[2][x]
-    f.split(x, xo, xi, min(1 << 14, len(A))).parallel(xo).vectorize(xi, 16)
-    f.compile_jit(hl.get_jit_target_from_environment())
-    for p, v in zip(ins, (A, B, C, D)):
-        p.set(hl.Buffer(v))
-    ob = hl.Buffer(E)
-    return (lambda: f.realize(ob)), None
-
-
-def _halide_matmul(a, b, c, tx=32, ty=32, ry=8, vec=16):
-    """The schedule of Halide's test/performance/matrix_multiplication.cpp, with B packed in
-    panels of tx columns (as TVM's packedB) and AVX-512 vectors."""
-    import halide as hl
-
-    m, k = a.shape
-    n = b.shape[1]
-    pa, pb = hl.ImageParam(hl.Float(32), 2, "A"), hl.ImageParam(hl.Float(32), 2, "B")
-    x, y, xi, yi, yii, xy, xo = (hl.Var(v) for v in ("x", "y", "xi", "yi", "yii", "xy", "xo"))
-    r = hl.RDom([(0, k)], "k")
-    bp = hl.Func("Bp")
-    bp[x, y, xo] = pb[hl.min(xo * tx + x, n - 1), y]
-    mm = hl.Func("mm")
-    mm[x, y] = 0.0
-    mm[x, y] += pa[r, y] * bp[x % tx, r, x / tx]
-    out = hl.Func("C")
-    out[x, y] = mm[x, y]
-    tx_, ty_ = min(tx, n), min(ty, m)
-    out.tile(x, y, xi, yi, tx_, ty_).fuse(x, y, xy).parallel(xy) \
-        .split(yi, yi, yii, min(ry, ty_)).vectorize(xi, vec).unroll(xi).unroll(yii)
-    mm.compute_at(out, yi).vectorize(x, vec).unroll(y)
-    mm.update(0).reorder(x, y, r).vectorize(x, vec).unroll(x).unroll(y).unroll(r, 2)
-    bp.compute_root().bound(x, 0, tx).vectorize(x, vec).unroll(x).parallel(xo)
-    out.bound(x, 0, n).bound(y, 0, m)
-    out.compile_jit(hl.get_jit_target_from_environment())
-    pa.set(hl.Buffer(a))
-    pb.set(hl.Buffer(b))
-    ob = hl.Buffer(c)
-    return (lambda: out.realize(ob)), None
+def _peer(kernel: str, system: str, *arrays, check):
+    """(fn, check) of TVM's or Halide's version of a kernel (bench_peers.py)."""
+    if __package__:
+        from . import bench_peers
+    else:               # this file run by another interpreter (--peer-python)
+        import bench_peers
+    fn, fetch = getattr(bench_peers, f"{system}_{kernel}")(*arrays)
+    return fn, _then(fetch, check)
 
 
 # ------------------------------------------------------------------ machine and workers
@@ -679,7 +421,7 @@ exit:
     return iters * acc * lanes * 2 * len(threads) / elapsed, lanes * 32
 
 
-def copy_bandwidth(mbytes: int = 256) -> float:
+def stream_bandwidth(mbytes: int = 256) -> float:
     """Streaming bandwidth, bytes/s: the best of numpy copies (a read and a write counted)
     and numpy adds (two reads and a write) running in every core at once."""
     import threading
@@ -765,7 +507,7 @@ def run(out_dir: str, quick: bool = False, rounds: int = 3, kernels=None,
             raise ValueError(f"bench: unknown kernel {n!r}; choose from {', '.join(SHORT)}")
     os.makedirs(out_dir, exist_ok=True)
     flops, bits = peak_flops(0.05 if quick else 0.3)
-    bw = copy_bandwidth(16 if quick else 256)
+    bw = stream_bandwidth(16 if quick else 256)
     progress(f"machine: {machine()}; FMA peak {flops / 1e9:.0f} GFLOPS ({bits}-bit vectors), "
              f"stream bandwidth {bw / 1e9:.1f} GB/s")
     results: dict[tuple, list] = {}
