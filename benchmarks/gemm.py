@@ -1,5 +1,5 @@
 """float32 GEMM C = A·B: the graph executor's register-blocked matmul kernel (cache_write
-tile accumulators, see graph/executor._block_matmul) against numpy (OpenBLAS) and torch
+tile accumulators, see graph/cpu_schedules._block_matmul) against numpy (OpenBLAS) and torch
 (when installed), side by side in one process.
 
 Each size is timed in several rounds, systems taken in turn; the figure is the median over

@@ -11,10 +11,11 @@ import pytest
 
 import tensorlang as tl
 import tensorlang.graph as G
+from tensorlang.graph import cpu_schedules as CS
 from tensorlang.graph import executor as E
 
 SIZES = (1, 2, 3, 7, 17, 64, 127, 1000, 1025, 4096)
-LANES = E._lanes("float32")
+LANES = CS._lanes("float32")
 BIG = 1 << 16            # the executor's "large work" threshold (parallel loops)
 
 
@@ -79,7 +80,7 @@ def test_conv2d_gradients_are_scheduled_too():
 def test_a_refused_default_schedule_is_an_error_under_tl_strict(monkeypatch, capsys):
     def refuse(*args, **kwargs):
         raise tl.ScheduleError("refused on purpose")
-    monkeypatch.setattr(E, "_block_matmul", refuse)
+    monkeypatch.setattr(CS, "_block_matmul", refuse)
     E._KERNELS.clear()
     a, b = G.Variable("a", (5, 3), "float32"), G.Variable("b", (3, 4), "float32")
     with pytest.raises(tl.ScheduleError, match="TL_STRICT"):
@@ -135,7 +136,7 @@ def test_executor_matmul_built_for_avx2_uses_its_tile_and_matches_numpy(shape, m
     target = "llvm -mcpu=x86-64-v3"
     if not tl.Target.parse(target).is_host:
         pytest.skip("this machine cannot run AVX2 code")
-    monkeypatch.setattr(E, "_host", lambda: tl.Target.parse(target))
+    monkeypatch.setattr(CS, "_host", lambda: tl.Target.parse(target))
     members = (("matmul", (("ta", False), ("tb", False)), (("in", 0), ("in", 1))),)
     mod, _ = E.compile_group(members, shape, ("float32", "float32"), target)
     a = rng.standard_normal(shape[0]).astype("f4")
