@@ -558,11 +558,11 @@ class Executor:
                                  + (f"{a.dtype} {a.shape}" if isinstance(a, np.ndarray)
                                     else type(a).__name__))
             for v in self.variables:
-                if np.shares_memory(a, feeds[v.id]):
+                if np.may_share_memory(a, feeds[v.id]):   # C-contiguous: exact
                     raise GraphError(f"run: out[{k}] (for {o.name}) shares memory with the "
                                      f"array fed for {v.name}")
             for j, b in enumerate(out[:k]):
-                if b is not None and np.shares_memory(a, b):
+                if b is not None and np.may_share_memory(a, b):
                     raise GraphError(f"run: out[{k}] and out[{j}] share memory")
         return list(out)
 
