@@ -161,6 +161,67 @@ def halide_softmax(x, y, vec=16, rows=64):
     return (lambda: Y.realize(ob)), None
 
 
+def tvm_layer_norm(x, y, vec=16, eps=1e-5):
+    """Layer norm over rows (two passes: the mean, then the mean square deviation; the
+    quotient by the square root, as the reference), scheduled like `tvm_softmax`: both
+    sums rfactored into vector lanes, everything per row at the output's row loop."""
+    from tvm import s_tir, te
+
+    m, n = x.shape
+    X = te.placeholder((m, n), name="X")
+    k1, k2 = te.reduce_axis((0, n), "k1"), te.reduce_axis((0, n), "k2")
+    s1 = te.compute((m,), lambda i: te.sum(X[i, k1], axis=k1), name="s1")
+    s2 = te.compute((m,), lambda i: te.sum((X[i, k2] - s1[i] / n) * (X[i, k2] - s1[i] / n),
+                                           axis=k2), name="s2")
+    Y = te.compute((m, n), lambda i, j: (X[i, j] - s1[i] / n) / te.sqrt(s2[i] / n + eps),
+                   name="Y")
+    sch = s_tir.Schedule(te.create_prim_func([X, Y]))
+    rfs = []
+    for name in ("s1", "s2"):
+        _, k = sch.get_loops(sch.get_sblock(name))
+        _, ki = sch.split(k, [None, vec])
+        rfs.append(sch.rfactor(ki, 0))
+    i, j = sch.get_loops(sch.get_sblock("Y"))
+    for blk in (sch.get_sblock("s2"), rfs[1], sch.get_sblock("s1"), rfs[0]):
+        sch.compute_at(blk, i)
+    sch.parallel(i)
+    sch.vectorize(sch.split(j, [None, vec])[1])
+    for rf in rfs:
+        lp = sch.get_loops(rf)
+        sch.reorder(lp[-1], lp[-2])
+        sch.vectorize(lp[-2])
+        sch.decompose_reduction(rf, lp[-1])
+    return _tvm_run(sch, [x, y], y)
+
+
+def halide_layer_norm(x, y, vec=16, rows=64, eps=1e-5):
+    """The same in Halide: per row, the two sums over 16-lane vector partials (rfactor),
+    rows in parallel groups."""
+    import halide as hl
+
+    m, n = x.shape
+    X = hl.ImageParam(hl.Float(32), 2, "X")          # X(j, i): j is the column
+    j, i, io, ii, u = (hl.Var(v) for v in ("j", "i", "io", "ii", "u"))
+    r = hl.RDom([(0, n)], "r")
+    s1, s2, Y = hl.Func("s1"), hl.Func("s2"), hl.Func("Y")
+    s1[i] = hl.f32(0)
+    s1[i] += X[r.x, i]
+    s2[i] = hl.f32(0)
+    s2[i] += (X[r.x, i] - s1[i] / n) * (X[r.x, i] - s1[i] / n)
+    Y[j, i] = (X[j, i] - s1[i] / n) / hl.sqrt(s2[i] / n + hl.f32(eps))
+    Y.split(i, io, ii, min(rows, m)).parallel(io).vectorize(j, vec)
+    for f in (s1, s2):
+        f.compute_at(Y, ii)
+        ro, ri = hl.RVar("ro"), hl.RVar("ri")
+        inter = f.update().split(r.x, ro, ri, vec).rfactor(ri, u)
+        inter.compute_at(Y, ii).vectorize(u, vec).update().vectorize(u, vec)
+    Y.bound(j, 0, n).bound(i, 0, m)
+    Y.compile_jit(hl.get_jit_target_from_environment())
+    X.set(hl.Buffer(x))
+    ob = hl.Buffer(y)
+    return (lambda: Y.realize(ob)), None
+
+
 def tvm_conv2d(x, w, y, kt=4, vec=16, nv=4):
     """Direct NCHW conv2d (pad 1) with the register-blocked schedule tensorlang's executor
     uses, written for TVM: kt output channels x nv vectors of columns accumulate in a

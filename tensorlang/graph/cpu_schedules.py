@@ -56,7 +56,7 @@ def default_schedule(out: tl.Tensor, kind: str, work: int, fresh=None,
         s = fresh()
         st = s[out]
         axes = list(st.op.axis)
-        if not axes and kind not in ("softmax", "reduce"):
+        if not axes and kind not in ("softmax", "reduce", "rows"):
             return s
         big = work >= 1 << 16
         if kind == "elementwise":
@@ -78,9 +78,9 @@ def default_schedule(out: tl.Tensor, kind: str, work: int, fresh=None,
         elif kind == "conv2d":
             _block_conv(s, out, big)
             return s
-        elif kind in ("softmax", "reduce"):
+        elif kind in ("softmax", "reduce", "rows"):
             _vector_reduce(s, _lanes(str(out.dtype)), big,
-                           rows_of=out if kind == "softmax" else None)
+                           rows_of=out if kind in ("softmax", "rows") else None)
             return s
         elif kind == "conv":
             _window_schedule(s, out, big)
@@ -117,6 +117,7 @@ def _combiner(st) -> str:
 
 
 ROW_BUFFER_BYTES = 8192     # a softmax row of exponentials kept per row (stack, L1)
+SMALL_BODY_NODES = 24       # a larger intermediate is kept per row, not recomputed
 
 
 def _vector_reduce(s: tl.Schedule, lanes: int, parallel: bool,
@@ -131,24 +132,36 @@ def _vector_reduce(s: tl.Schedule, lanes: int, parallel: bool,
     stages (a mean's scaling, softmax's quotient) are vectorised along their last axis;
     the first axis of every stage runs in parallel when the work is large.
 
-    `rows_of` (softmax, log-softmax): the row statistics (max, sum) whose first axis is the
-    output's are computed at the output's first loop, so each row is read from memory once
-    and its three passes run in the cache (4096 x 1024: 7.7 -> 12+ GB/s on 2 cores)."""
+    `rows_of` (softmax, log-softmax, fused row groups such as layer norm): the row
+    statistics (max, sum, mean) and per-row values whose leading axes are the output's are
+    computed inside the output's row loop (its leading axes, fused), so each row is read
+    from memory once and its passes run in the cache (softmax 4096 x 1024: 7.7 -> 12+ GB/s
+    on 2 cores). A row of an intermediate value (softmax's exponentials) is kept per row
+    when it fits ROW_BUFFER_BYTES or when recomputing it would not be cheap."""
     from ..ir.expr import Var
+    from ..ir.visit import walk
 
-    attach = []
+    def lead(t):
+        return [int(x.value) for x in t.shape[:-1]]
+
+    attach, row_loop = [], None
     if rows_of is not None:
-        rows = int(rows_of.shape[0].value) if len(rows_of.shape) >= 2 else 0
         others = [st for st in s.stages if not any(st.op.output is o for o in s.outputs)
                   and not st.inlined and st.state.attach is None and st.op.axis]
-        if rows <= 1 or any(st.op.reduce_axis and int(st.op.output.shape[0].value) != rows
-                            for st in others):
+        if len(rows_of.shape) < 2 or np.prod(lead(rows_of)) <= 1 or \
+                any(st.op.reduce_axis and lead(st.op.output) != lead(rows_of) for st in others):
             rows_of = None               # the statistics are not per row of the output
         for st in others:                # intermediate values (softmax's exponentials):
             t = st.op.output             # a row of them kept per row, else recomputed
-            if not st.op.reduce_axis and (rows_of is None or int(t.shape[-1].value) *
-                                          t.dtype.itemsize > ROW_BUFFER_BYTES):
+            if st.op.reduce_axis or (len(t.shape) >= 2 and int(t.shape[-1].value) == 1):
+                continue
+            small = sum(1 for _ in walk(st.op.body)) <= SMALL_BODY_NODES
+            if small and (rows_of is None or
+                          int(t.shape[-1].value) * t.dtype.itemsize > ROW_BUFFER_BYTES):
                 st.compute_inline()
+        if rows_of is not None:
+            axes = s[rows_of].op.axis
+            row_loop = axes[0] if len(axes) == 2 else s[rows_of].fuse(*axes[:-1])
     for st in list(s.stages):
         if st.inlined or st.state.attach is not None or \
                 not (st.op.axis or st.op.reduce_axis):
@@ -176,8 +189,8 @@ def _vector_reduce(s: tl.Schedule, lanes: int, parallel: bool,
             st.vectorize(ji)
         if not spatial:
             continue
-        if rows_of is not None and t is not rows_of and len(t.shape) >= 2 and \
-                int(t.shape[0].value) == int(rows_of.shape[0].value) > 1:
+        if row_loop is not None and t is not rows_of and len(t.shape) >= 2 and \
+                lead(t) == lead(rows_of):
             attach.append(st)
             continue
         outer = st.leaf_iter_vars[0]
@@ -185,7 +198,7 @@ def _vector_reduce(s: tl.Schedule, lanes: int, parallel: bool,
                 not outer.name.startswith(tuple(r.var.name for r in red)):
             st.parallel(outer)
     for st in reversed(attach):     # readers first: a stage's readers are inside already
-        st.compute_at(s[rows_of], s[rows_of].leaf_iter_vars[0])
+        st.compute_at(s[rows_of], row_loop)
 
 
 PACK_MIN_FLOPS = 1 << 21   # a matmul this large packs B (the copy costs n*k, the reuse m/mr)

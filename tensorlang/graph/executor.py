@@ -18,13 +18,12 @@ import tensorlang as tl
 
 from ..errors import ScheduleError
 from .cpu_schedules import default_schedule, register_tile  # noqa: F401 (the executor's API)
+from .fusion import fuse, inline_members, reads_tensor
 from .node import GraphError, Node, topological_order
 from .ops import OPS
 
 _KERNELS: dict[tuple, tuple] = {}
 GPU_TARGETS = ("cuda", "nvptx")   # CUDA C through nvcc, or PTX through LLVM
-
-MAX_INPUTS = 64  # arrays one fused kernel reads
 
 
 GPU_ROW_MIN = 64   # a row (or reduction) this long gets a block of threads; shorter: one
@@ -99,13 +98,6 @@ def _pow2(n: int) -> int:
     return p
 
 
-def _kind(op: str, attrs: tuple, shapes: tuple, dtypes: tuple) -> str:
-    """The schedule kind of one op for concrete inputs (its TE definition says it)."""
-    ins = [tl.placeholder(s, d, name=f"in{k}") for k, (s, d) in enumerate(zip(shapes, dtypes))]
-    kw = dict(attrs)
-    return OPS[op].te(ins, list(shapes), tuple(OPS[op].shape(*shapes, **kw)), **kw)[1]
-
-
 def _work(out_shape: tuple, shapes: tuple) -> int:
     size = int(np.prod(out_shape or (1,)))
     return size * max([int(np.prod(s)) // max(size, 1) for s in shapes] + [1])
@@ -124,8 +116,9 @@ def compile_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "l
 
     `members` lists (op, attrs, operands) in topological order, the last being the group's
     output; an operand is ("in", k) for the group's input k or ("node", j) for member j.
-    Every member but the last is elementwise and is computed inline in its reader, except
-    a matmul, which heads the group with the rest as its epilogue (`cpu_schedules`).
+    Members are inlined into their readers where `fusion.inline_members` allows; a matmul
+    heads the group with the rest as its epilogue, and a group whose reductions or per-row
+    values stay stages is scheduled row by row (kind "rows", `cpu_schedules`).
     """
     key = (members, shapes, dtypes, target)
     hit = _KERNELS.get(key)
@@ -156,58 +149,18 @@ def schedule_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "
         kinds.append(kind)
     out = tensors[-1]
     anchor = next((t for t, k in zip(tensors[:-1], kinds) if k == "matmul"), None)
-    _inline_members(tensors, anchor)
+    kept = inline_members(tensors, anchor)
 
     def fresh():
         return tl.create_schedule(out)
-    if anchor is not None and not _reads_tensor(out, anchor):
+    if anchor is not None and not reads_tensor(out, anchor):
         anchor = None       # the output reads only the matmul's shape (an `unreduce`)
-    kind = "matmul" if anchor is not None else kinds[-1]
+    kind = "matmul" if anchor is not None else "rows" if kept else kinds[-1]
     if target in GPU_TARGETS:
         s = gpu_schedule(out, kind, fresh, anchor)
     else:
         s = default_schedule(out, kind, _work(tshapes[-1], shapes), fresh, anchor)
     return s, ins, out
-
-
-def _reads_tensor(t: tl.Tensor, x: tl.Tensor) -> bool:
-    """Whether computing `t` reads `x`, directly or through other computes."""
-    seen, todo = set(), [t]
-    while todo:
-        y = todo.pop()
-        if y is x:
-            return True
-        if id(y.op) not in seen:
-            seen.add(id(y.op))
-            todo.extend(getattr(y.op, "input_tensors", ()))
-    return False
-
-
-def _inline_members(tensors: list, keep) -> None:
-    """Give the last tensor's compute the bodies of the other members (all but `keep`)
-    substituted in, as compute_inline would, but at the TE level and in time linear in the
-    members' sizes: a member read at its own axes contributes its expression as it is (not
-    a copy), so a chain of 10,000 elementwise nodes fuses in one pass, with no schedule and
-    dependence analysis per member."""
-    from ..ir.expr import Load, Var
-    from ..ir.visit import map_expr, substitute
-
-    inlined: dict[int, tuple[list[str], object]] = {}
-    for t in tensors:
-        def fn(e):
-            if isinstance(e, Load) and id(e.buffer) in inlined:
-                axis, value = inlined[id(e.buffer)]
-                if all(isinstance(x, Var) and x.name == a for x, a in zip(e.indices, axis)):
-                    return value
-                return substitute(value, dict(zip(axis, e.indices)))
-            return None
-
-        body = map_expr(t.op.body, fn)
-        if t is tensors[-1]:
-            if body is not t.op.body:
-                t.op.set_body(body)
-        elif t is not keep:
-            inlined[id(t)] = ([a.name for a in t.op.axis], body)
 
 
 @dataclass
@@ -221,64 +174,6 @@ class _Step:
     @property
     def node(self) -> Node:
         return self.nodes[-1]
-
-
-def _joins(n: Node, readers: list[Node], kinds, shapes, keep) -> bool:
-    """Whether n can be computed inside the kernel of its only reader: the reader is
-    elementwise, reads n once, has n's shape (nothing is computed twice), and n is not an
-    output."""
-    return (n.id not in keep and len(readers) == 1 and kinds.get(readers[0].id) == "elementwise"
-            and sum(i is n for i in readers[0].inputs) == 1
-            and shapes[readers[0].id] == shapes[n.id])
-
-
-def _groups(order, shapes, dtypes, outputs) -> list[list[Node]]:
-    """Nodes in fused groups, in an order that runs each group after its inputs' groups.
-
-    An elementwise node joins the group of its only reader when `_joins` allows; the group
-    runs as one kernel, its other members inlined. A matmul joins the same way, as the head
-    of a group whose elementwise rest is its epilogue (one matmul per group)."""
-    readers: dict[int, list[Node]] = {}
-    for n in order:
-        for i in dict.fromkeys(n.inputs):
-            readers.setdefault(i.id, []).append(n)
-    kinds = {}
-    for n in order:
-        if n.op not in ("variable", "constant"):
-            kinds[n.id] = _kind(n.op, n.attrs, tuple(shapes[i.id] for i in n.inputs),
-                                tuple(dtypes[i.id] for i in n.inputs))
-    keep = {o.id for o in outputs}
-    # elementwise readers are decided before their producers (reverse order), so that each
-    # group's inputs are known when a producer asks to join it; at most MAX_INPUTS each
-    root: dict[int, int] = {}                 # node id -> the id of its group's output
-    inputs: dict[int, set[int]] = {}          # group -> the node ids it reads
-    for n in reversed(order):
-        if n.op in ("variable", "constant"):
-            continue
-        mine = {i.id for i in n.inputs}
-        rs = readers.get(n.id, [])
-        if kinds.get(n.id) == "elementwise" and _joins(n, rs, kinds, shapes, keep):
-            r = root[rs[0].id]
-            grown = (inputs[r] - {n.id}) | mine
-            if len(grown) <= MAX_INPUTS:
-                root[n.id], inputs[r] = r, grown
-                continue
-        root[n.id], inputs[n.id] = n.id, mine
-    anchored = set()               # a matmul heads at most one group, as its epilogue
-    for n in order:
-        rs = readers.get(n.id, [])
-        if kinds.get(n.id) == "matmul" and _joins(n, rs, kinds, shapes, keep):
-            r = root[rs[0].id]
-            grown = (inputs[r] - {n.id}) | inputs[n.id]
-            if r not in anchored and len(grown) <= MAX_INPUTS:
-                anchored.add(r)
-                del inputs[n.id]
-                root[n.id], inputs[r] = r, grown
-    members: dict[int, list[Node]] = {}
-    for n in order:
-        if n.id in root:
-            members.setdefault(root[n.id], []).append(n)
-    return [members[n.id] for n in order if n.id in members]
 
 
 def _members(g: list[Node], ins: list[Node]) -> tuple:
@@ -325,7 +220,7 @@ def default_schedules(nodes, target: str = "llvm") -> list[tuple[tuple, tl.Sched
             fed[n.id] = (tuple(n.shape), n.dtype)
     shapes, dtypes = _infer(order, fed)
     out = []
-    for g in _groups(order, shapes, dtypes, nodes):
+    for g in fuse(order, shapes, dtypes, nodes, target):
         ins = _Plan._inputs(g)
         s, _, _ = schedule_group(_members(g, ins), tuple(shapes[i.id] for i in ins),
                                  tuple(dtypes[i.id] for i in ins), target)
@@ -339,7 +234,7 @@ class _Plan:
         self.steps: list[_Step] = []
         self.slot_of: dict[int, int] = {}
         self.arrays: list[np.ndarray] = []
-        groups = _groups(order, shapes, dtypes, outputs)
+        groups = fuse(order, shapes, dtypes, outputs, target)
         uses: dict[int, int] = {}
         for g in groups:
             for i in self._inputs(g):
@@ -371,9 +266,10 @@ class _Plan:
             if target == "llvm" and not kernel.lowered.params:   # constant sizes
                 step.pointers = [a.ctypes.data for a in arrays]
             self.steps.append(step)
-            for i in ins:
+            for i in ins:        # (one read for its shape only may be inside another kernel)
                 uses[i.id] -= 1
-                if uses[i.id] == 0 and i.id not in keep and i.op not in ("variable", "constant"):
+                if uses[i.id] == 0 and i.id not in keep and i.id in self.slot_of and \
+                        i.op not in ("variable", "constant"):
                     free.setdefault((shapes[i.id], dtypes[i.id]), []).append(self.slot_of[i.id])
         # per run, fed arrays and fresh output arrays take the place of their slots
         self.fed = [n.id for n in order if n.op == "variable"]
