@@ -229,7 +229,9 @@ def inline_members(tensors: list, keep) -> list:
 
         body = map_expr(t.op.body, fn)
         per_row = len(t.shape) >= 2 and _dims(t)[-1] == 1 < width
-        stays = t is out or t is keep or id(t) not in members or             bool(t.op.reduce_axis) or per_row or             (uses.get(id(t), 0) > 1 and sum(1 for _ in walk(body)) > INLINE_MAX_NODES)
+        stays = t is out or t is keep or id(t) not in members or \
+            bool(t.op.reduce_axis) or per_row or \
+            (uses.get(id(t), 0) > 1 and sum(1 for _ in walk(body)) > INLINE_MAX_NODES)
         if stays:
             if body is not t.op.body:
                 t.op.set_body(body)
