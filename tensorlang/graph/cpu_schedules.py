@@ -76,7 +76,7 @@ def default_schedule(out: tl.Tensor, kind: str, work: int, fresh=None,
             _block_matmul(s, anchor if anchor is not None else out, out, big)
             return s
         elif kind == "conv2d":
-            _block_conv(s, out, big)
+            _block_conv(s, anchor if anchor is not None else out, out, big)
             return s
         elif kind in ("softmax", "reduce", "rows"):
             _vector_reduce(s, _lanes(str(out.dtype)), big,
@@ -255,25 +255,29 @@ def _block_matmul(s: tl.Schedule, mm: tl.Tensor, out: tl.Tensor, parallel: bool)
             s[packed].parallel(pa[0])
 
 
-def _block_conv(s: tl.Schedule, out: tl.Tensor, parallel: bool) -> None:
+def _block_conv(s: tl.Schedule, conv: tl.Tensor, out: tl.Tensor, parallel: bool) -> None:
     """Direct conv2d (NCHW, OIHW) as a register-blocked matmul: each tile of mr output
     channels by nv vectors of output columns accumulates in registers over (c, kh, kw) —
     every step loads nv vectors of one input row (shared by the mr channels) and
     broadcasts mr weights. The padded input is its own stage, vectorised along its rows;
-    (batch, channel tiles, output rows) run in parallel."""
+    (batch, channel tiles, output rows) run in parallel. `out` is the conv or its
+    elementwise epilogue (bias, relu), which each tile passes through on its way out."""
     lanes = _lanes(str(out.dtype))
     nb, oc, oh, ow = (int(x.value) for x in out.shape)
-    flops = nb * oc * oh * ow * int(np.prod([int(r.extent.value) for r in out.op.reduce_axis]))
+    flops = nb * oc * oh * ow * int(np.prod([int(r.extent.value) for r in conv.op.reduce_axis]))
     parallel = parallel or flops >= 1 << 16
     mr, nv = register_tile(oc, ow, str(out.dtype))
     for st in s.stages:             # the padded copy of the input
-        if st.op is not out.op and st.op.axis and not st.inlined and \
-                st.state.attach is None and int(st.op.output.shape[-1].value) >= 2 * lanes:
+        if st.op is not out.op and st.op is not conv.op and st.op.axis and \
+                not st.op.reduce_axis and not st.inlined and st.state.attach is None and \
+                int(st.op.output.shape[-1].value) >= 2 * lanes:
             pa = st.op.axis
             st.vectorize(st.split(pa[-1], factor=lanes)[1])
             if parallel:
                 st.parallel(st.fuse(*pa[:-1]))
-    local = s.cache_write(out, "local")
+    local = s.cache_write(conv, "local")
+    if conv is not out:
+        s[conv].compute_inline()                # the copy-out stage: out reads the tile
     st = s[out]
     n, o, i, j = st.op.axis
     oo, jo, oi, ji = st.tile(o, j, mr, nv * lanes)

@@ -18,7 +18,7 @@ import tensorlang as tl
 
 from ..errors import ScheduleError
 from .cpu_schedules import default_schedule, register_tile  # noqa: F401 (the executor's API)
-from .fusion import fuse, inline_members, reads_tensor
+from .fusion import ANCHORS, fuse, inline_members, reads_tensor
 from .node import GraphError, Node, topological_order
 from .ops import OPS
 
@@ -148,14 +148,15 @@ def schedule_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "
         tshapes.append(out_shape)
         kinds.append(kind)
     out = tensors[-1]
-    anchor = next((t for t, k in zip(tensors[:-1], kinds) if k == "matmul"), None)
+    heads = [(t, k) for t, k in zip(tensors[:-1], kinds) if k in ANCHORS]
+    anchor, anchor_kind = heads[0] if heads else (None, None)
     kept = inline_members(tensors, anchor)
 
     def fresh():
         return tl.create_schedule(out)
     if anchor is not None and not reads_tensor(out, anchor):
         anchor = None       # the output reads only the matmul's shape (an `unreduce`)
-    kind = "matmul" if anchor is not None else "rows" if kept else kinds[-1]
+    kind = anchor_kind if anchor is not None else "rows" if kept else kinds[-1]
     if target in GPU_TARGETS:
         s = gpu_schedule(out, kind, fresh, anchor)
     else:

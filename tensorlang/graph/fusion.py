@@ -15,8 +15,9 @@ plan (`ex.kernels` shows the groups it made):
   their readers when every reader is in it. Softmax written out, layer norm, and a
   reduction's epilogue become one kernel computed row by row (`cpu_schedules`, kind
   "rows"), each row read from memory once.
-- Epilogues: a matmul heads the group of its only elementwise reader (one matmul per
-  group, none in a row group); its output tile goes through the epilogue to memory once.
+- Epilogues: a matmul or conv2d heads the group of its only elementwise reader (one per
+  group, none in a row group); its output tile goes through the epilogue (bias, relu,
+  a folded batch norm) to memory once.
 
 A node that an output is, or that a node outside the group reads, never joins (one value
 leaves a kernel). A group reads at most MAX_INPUTS arrays.
@@ -32,6 +33,7 @@ from .ops import OPS
 
 MAX_INPUTS = 64         # arrays one fused kernel reads
 ROW_REDUCERS = ("sum", "mean", "max", "min")
+ANCHORS = ("matmul", "conv2d")   # kinds that head a group with an elementwise epilogue
 INLINE_MAX_NODES = 24   # a member read twice is inlined (recomputed) only when this small
 
 
@@ -75,7 +77,7 @@ def fuse(order: list[Node], shapes: dict, dtypes: dict, outputs: list[Node],
     anchored = set()               # a matmul heads at most one group, as its epilogue
     for n in order:
         rs = readers.get(n.id, [])
-        if kinds.get(n.id) == "matmul" and _joins(n, rs, kinds, shapes, g.keep):
+        if kinds.get(n.id) in ANCHORS and _joins(n, rs, kinds, shapes, g.keep):
             r = g.root[rs[0].id]
             grown = (g.inputs[r] - {n.id}) | g.inputs[n.id]
             if r not in anchored and not g.rowwise(r) and len(grown) <= MAX_INPUTS:

@@ -26,7 +26,9 @@ Opt-in, since it changes rounding: `reassociate` (the lecture's constant propaga
 c1 + (x + c2) → x + (c1 + c2)); pass it explicitly. Opt-in too: `merge_matmul`
 (merged QKV: matmuls of one input by constant weights become one matmul and slices; the
 same sums in the same order, up to 1 ulp where fused multiply-adds differ, see
-`merge_matmuls`).
+`merge_matmuls`), and `conv_bn` (inference batch norm after a convolution with constant
+weights and statistics folds into the weights and one bias per channel: conv2d(x, W *
+scale) + shift, the rounding of a few products changed).
 """
 
 from __future__ import annotations
@@ -197,6 +199,65 @@ def rule_reassociate_constants(n: Node) -> Node | None:
     return None
 
 
+def _channel_vector(c: np.ndarray | None, conv: Node) -> np.ndarray | None:
+    """A constant that varies at most along the conv's output channels (shape (1, C, 1, 1),
+    (C, 1, 1), or one value): those values per channel, else None."""
+    if c is None or conv.shape is None or c.ndim > 4:
+        return None
+    oc = conv.shape[1]
+    full = c.reshape((1,) * (4 - c.ndim) + c.shape)
+    if full.shape[0] != 1 or full.shape[2:] != (1, 1) or full.shape[1] not in (1, oc):
+        return None
+    return np.broadcast_to(full.reshape(-1), (oc,))
+
+
+def _conv_const_weight(x: Node) -> bool:
+    return x.op == "conv2d" and _const(x.inputs[1]) is not None and x.shape is not None
+
+
+def rule_conv_scale(n: Node) -> Node | None:
+    """conv2d(x, W) * c, c constant per output channel -> conv2d(x, W * c) (scales the
+    weights once; the products round differently: opt-in, the `conv_bn` pass)."""
+    if n.op != "mul":
+        return None
+    for conv, c in (n.inputs, tuple(reversed(n.inputs))):
+        v = _channel_vector(_const(c), conv) if _conv_const_weight(conv) else None
+        if v is None:
+            continue
+        w = _const(conv.inputs[1]) * v.reshape(-1, 1, 1, 1)
+        out = _make("conv2d", (conv.inputs[0], _constant(w, conv.dtype, f"{conv.name}_w")),
+                    **conv.kwargs)
+        return out if _same_type(out, n) else None
+    return None
+
+
+def rule_conv_shift(n: Node) -> Node | None:
+    """(conv2d(x, W) + b) * c -> conv2d(x, W) * c + b * c, and conv2d(...) - b ->
+    conv2d(...) + (-b), for constants per output channel (batch norm's affine map, which
+    `rule_conv_scale` and `rule_reassociate_constants` then fold into the weights and one
+    bias): the `conv_bn` pass."""
+    if n.op == "sub" and _conv_const_weight(n.inputs[0]) and \
+            _channel_vector(_const(n.inputs[1]), n.inputs[0]) is not None:
+        b = _const(n.inputs[1])
+        out = _make("add", (n.inputs[0], _constant(-b, b.dtype, f"{n.name}_neg")))
+        return out if _same_type(out, n) else None
+    if n.op != "mul":
+        return None
+    for inner, c in (n.inputs, tuple(reversed(n.inputs))):
+        if inner.op != "add" or _const(c) is None:
+            continue
+        for conv, b in (inner.inputs, tuple(reversed(inner.inputs))):
+            if not _conv_const_weight(conv) or _channel_vector(_const(c), conv) is None or \
+                    _channel_vector(_const(b), conv) is None:
+                continue
+            scaled = _make("mul", (conv, c))
+            scaled = rule_conv_scale(scaled) or scaled
+            bc = _const(b) * _const(c)
+            out = _make("add", (scaled, _constant(bc, bc.dtype, f"{n.name}_b")))
+            return out if _same_type(out, n) else None
+    return None
+
+
 def merge_matmuls(outputs: list[Node]) -> tuple[list[Node], list[Fired]]:
     """Matmuls that read one input with different constant weights of one row count
     (attention's Q, K and V projections) become one matmul on the weights concatenated
@@ -250,6 +311,7 @@ PASSES: dict[str, tuple[Callable[[Node], Node | None], ...]] = {
     "cse": (),                  # the driver's table of structural keys
     "reassociate": (rule_reassociate_constants,),
     "merge_matmul": (),         # a whole-graph pass: merge_matmuls
+    "conv_bn": (rule_conv_shift, rule_conv_scale, rule_reassociate_constants),
 }
 DEFAULT_PASSES = ("fold", "algebra", "cse")
 

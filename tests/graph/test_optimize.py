@@ -232,3 +232,52 @@ def test_merged_qkv_is_one_matmul_and_slices():
     wv = G.Variable("w", (16, 16))
     keep = G.optimize([G.matmul(x, wv), G.matmul(x, ws[0])], ["merge_matmul"])
     assert all(n.op == "matmul" for n in keep)
+
+
+# ------------------------------------------------------------ conv + batch norm
+def _conv_bn(shape, cout, rng, weight_const=True, stats_shape=None):
+    x = G.Variable("x", shape, "float32")
+    w = rng.standard_normal((cout, shape[1], 3, 3)).astype("f4")
+    W = G.constant(w) if weight_const else G.Variable("W", w.shape, "float32")
+    c = [G.constant(rng.uniform(0.5, 2, cout).astype("f4")),      # gamma
+         G.constant(rng.standard_normal(cout).astype("f4")),       # beta
+         G.constant(rng.standard_normal(cout).astype("f4")),       # running mean
+         G.constant(rng.uniform(0.5, 2, cout).astype("f4"))]       # running variance
+    y = G.relu(G.batch_norm(G.conv2d(x, W, padding=1), *c))
+    return x, W, w, y
+
+
+@pytest.mark.parametrize("shape,cout", [((1, 1, 5, 5), 1), ((2, 3, 9, 9), 5),
+                                        ((1, 16, 13, 37), 24)])
+def test_conv_bn_folds_into_weights_and_one_bias(shape, cout):
+    rng = np.random.default_rng(sum(shape) + cout)
+    x, _, _, y = _conv_bn(shape, cout, rng)
+    o = G.optimize(y, passes=[*DEFAULT_PASSES, "conv_bn"])
+    ops = [n.op for n in topological_order([o]) if n.op != "constant"]
+    assert ops == ["variable", "conv2d", "add", "relu"], ops
+    xv = rng.standard_normal(shape).astype("f4")
+    (want,) = G.Executor([y]).run({x: xv})
+    ex = G.Executor([o])
+    (got,) = ex.run({x: xv})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    assert len(ex.kernels) == 1            # conv, bias and relu: one kernel (an epilogue)
+
+
+def test_conv_bn_needs_constant_weights_and_is_opt_in():
+    rng = np.random.default_rng(3)
+    _, _, _, y = _conv_bn((1, 2, 6, 6), 3, rng, weight_const=False)
+    o = G.optimize(y, passes=[*DEFAULT_PASSES, "conv_bn"])
+    assert "conv2d" in [n.op for n in topological_order([o])]
+    assert count([o]) > 4                 # the batch norm stays: W is a Variable
+    _, _, _, y = _conv_bn((1, 2, 6, 6), 3, rng)
+    assert [n.op for n in topological_order([G.optimize(y)])].count("mul") == 1   # default
+
+
+def test_conv_scale_refuses_a_constant_that_is_not_per_channel():
+    rng = np.random.default_rng(4)
+    x = G.Variable("x", (1, 2, 6, 6), "float32")
+    conv = G.conv2d(x, G.constant(rng.standard_normal((3, 2, 3, 3)).astype("f4")), padding=1)
+    y = conv * G.constant(rng.standard_normal((1, 1, 6, 6)).astype("f4"))   # per pixel
+    o = G.optimize(y, passes=[*DEFAULT_PASSES, "conv_bn"])
+    assert [n.op for n in topological_order([o]) if n.op != "constant"] == \
+        ["variable", "conv2d", "mul"]
