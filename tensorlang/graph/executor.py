@@ -230,12 +230,13 @@ def default_schedules(nodes, target: str = "llvm") -> list[tuple[tuple, tl.Sched
 
 
 class _Plan:
-    def __init__(self, order, shapes, dtypes, outputs, target="llvm"):
+    def __init__(self, order, shapes, dtypes, outputs, fused=True, target="llvm"):
         self.target = target
         self.steps: list[_Step] = []
         self.slot_of: dict[int, int] = {}
         self.arrays: list[np.ndarray] = []
-        groups = fuse(order, shapes, dtypes, outputs, target)
+        groups = fuse(order, shapes, dtypes, outputs, target) if fused else \
+            [[n] for n in order if n.op not in ("variable", "constant")]
         uses: dict[int, int] = {}
         for g in groups:
             for i in self._inputs(g):
@@ -329,10 +330,13 @@ class Kernel:
 
 class Executor:
     """Compiles and runs the graph that computes `nodes`; `run(feed_dict)` returns their
-    values (numpy arrays) in order."""
+    values (numpy arrays) in order. The nodes run in fused groups (`graph/fusion.py`;
+    `kernels` lists them after a run); `fuse=False` runs one kernel per node instead,
+    the baseline that `benchmarks/graph_opt.py` compares against."""
 
-    def __init__(self, nodes, target: str = "llvm"):
+    def __init__(self, nodes, target: str = "llvm", fuse: bool = True):
         self.outputs = list(nodes) if isinstance(nodes, (list, tuple)) else [nodes]
+        self.fuse = bool(fuse)      # False: one kernel per node (a baseline to compare)
         if not self.outputs:
             raise GraphError("Executor: expected at least one node")
         if target not in GPU_TARGETS and not str(target).startswith("llvm"):
@@ -386,7 +390,7 @@ class Executor:
     def _plan(self, feeds) -> _Plan:
         shapes, dtypes = _infer(self.order, {i: (tuple(v.shape), str(v.dtype))
                                              for i, v in feeds.items()})
-        return _Plan(self.order, shapes, dtypes, self.outputs,
+        return _Plan(self.order, shapes, dtypes, self.outputs, self.fuse,
                      self.target if self.target in GPU_TARGETS else "llvm")
 
     def run(self, feed_dict, out=None) -> list[np.ndarray]:

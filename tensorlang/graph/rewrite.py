@@ -17,9 +17,10 @@ Every default rule is exact in IEEE arithmetic, for every input including ±0, �
   3 * x (exact: doubling is exact, and 3x is rounded once either way); transpose of
   transpose → one transpose (or none); reshape of reshape → one reshape;
   matmul(transpose(a), b) → matmul(a, b, ta=True) (the same products summed in the same
-  order). Not done, because they are not exact: x + 0.0 → x (-0.0 + 0.0 is +0.0) and
-  x * 0 → 0 (inf * 0 and NaN * 0 are NaN; the graph layer has no integer dtypes, where it
-  would hold).
+  order); broadcast minimisation (an elementwise op of broadcast values runs before the
+  broadcast: exp(broadcast_to(x)) → broadcast_to(exp(x))). Not done, because they are not
+  exact: x + 0.0 → x (-0.0 + 0.0 is +0.0) and x * 0 → 0 (inf * 0 and NaN * 0 are NaN;
+  the graph layer has no integer dtypes, where it would hold).
 - `cse`: nodes with the same op, inputs and attributes (constants: the same bytes) are one.
 
 Opt-in, since it changes rounding: `reassociate` (the lecture's constant propagation,
@@ -28,7 +29,9 @@ c1 + (x + c2) → x + (c1 + c2)); pass it explicitly. Opt-in too: `merge_matmul`
 same sums in the same order, up to 1 ulp where fused multiply-adds differ, see
 `merge_matmuls`), and `conv_bn` (inference batch norm after a convolution with constant
 weights and statistics folds into the weights and one bias per channel: conv2d(x, W *
-scale) + shift, the rounding of a few products changed).
+scale) + shift, the rounding of a few products changed), and `batch_matmul` (a weight
+gradient summed over a batch of matmuls becomes one matmul over the merged batch and row
+axes).
 """
 
 from __future__ import annotations
@@ -184,6 +187,61 @@ def rule_matmul_transposed_operand(n: Node) -> Node | None:
     return None
 
 
+UNARY_ELEMENTWISE = ("neg", "exp", "log", "sin", "cos", "tanh", "sqrt", "sigmoid", "relu")
+BINARY_ELEMENTWISE = ("add", "sub", "mul", "div", "power")
+
+
+def rule_broadcast_late(n: Node) -> Node | None:
+    """Broadcast minimisation: an elementwise op of broadcast values runs on the values
+    before the broadcast — f(broadcast_to(x)) -> broadcast_to(f(x)), and f(broadcast_to(x),
+    broadcast_to(y)) (or a scalar constant for one side) -> broadcast_to(f(x, y)). Exact:
+    the same values are computed, fewer times."""
+    if n.shape is None or not n.inputs:
+        return None
+    if n.op in UNARY_ELEMENTWISE and n.inputs[0].op == "broadcast_to":
+        x = n.inputs[0].inputs[0]
+        inner = _make(n.op, (x,), **n.kwargs)
+    elif n.op in BINARY_ELEMENTWISE and len(n.inputs) == 2 and \
+            any(i.op == "broadcast_to" for i in n.inputs):
+        ins = []
+        for i in n.inputs:
+            c = _const(i)
+            if i.op == "broadcast_to":
+                ins.append(i.inputs[0])
+            elif c is not None and c.size == 1:
+                ins.append(i)
+            else:
+                return None
+        inner = _make(n.op, tuple(ins), **n.kwargs)
+    else:
+        return None
+    if inner.dtype != n.dtype or inner.shape is None or inner.shape == n.shape:
+        return None
+    out = _make("broadcast_to", (inner,), shape=n.shape)
+    return out if _same_type(out, n) else None
+
+
+def rule_batched_weight_gradient(n: Node) -> Node | None:
+    """sum over the batch of a[b]^T c[b] (the weight gradient of a batched input times a
+    matrix, as autodiff writes it: sum_like(matmul(a, c, ta=True), W)) -> one matmul of
+    the operands with their batch and row axes merged, (B*K, P)^T (B*K, Q). The same
+    products, summed in another order: opt-in (the `batch_matmul` pass)."""
+    if n.op != "sum_like" or n.shape is None or len(n.shape) != 2:
+        return None
+    m = n.inputs[0]
+    if m.op != "matmul" or not m.attr("ta") or m.attr("tb") or m.shape is None:
+        return None
+    a, c = m.inputs
+    if a.shape is None or c.shape is None or len(a.shape) < 3 or \
+            a.shape[:-2] != c.shape[:-2] or tuple(m.shape[-2:]) != tuple(n.shape):
+        return None
+    rows = int(np.prod(a.shape[:-1]))
+    a2 = _make("reshape", (a,), shape=(rows, a.shape[-1]))
+    c2 = _make("reshape", (c,), shape=(rows, c.shape[-1]))
+    out = _make("matmul", (a2, c2), ta=True, tb=False)
+    return out if _same_type(out, n) else None
+
+
 def rule_reassociate_constants(n: Node) -> Node | None:
     """c1 + (x + c2) -> x + (c1 + c2): NOT exact in floating point (opt-in)."""
     if n.op != "add":
@@ -307,11 +365,12 @@ PASSES: dict[str, tuple[Callable[[Node], Node | None], ...]] = {
     "fold": (rule_fold_constants,),
     "algebra": (rule_neutral_element, rule_double_negation, rule_add_self,
                 rule_transpose_transpose, rule_reshape_reshape,
-                rule_matmul_transposed_operand),
+                rule_matmul_transposed_operand, rule_broadcast_late),
     "cse": (),                  # the driver's table of structural keys
     "reassociate": (rule_reassociate_constants,),
     "merge_matmul": (),         # a whole-graph pass: merge_matmuls
     "conv_bn": (rule_conv_shift, rule_conv_scale, rule_reassociate_constants),
+    "batch_matmul": (rule_batched_weight_gradient,),
 }
 DEFAULT_PASSES = ("fold", "algebra", "cse")
 

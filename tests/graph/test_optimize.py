@@ -152,7 +152,7 @@ def test_debug_output_names_each_rule(monkeypatch, capsys):
     assert "neutral_element" in err and "add_self" in err
 
 
-_OPS = ["add", "sub", "mul", "div", "neg", "exp", "tanh", "transpose"]
+_OPS = ["add", "sub", "mul", "div", "neg", "exp", "tanh", "transpose", "broadcast_to"]
 
 
 @st.composite
@@ -166,7 +166,9 @@ def graphs(draw):
         if op in ("neg", "exp", "tanh"):
             pool.append(G.make(op, (a,)))
         elif op == "transpose":
-            pool.append(G.transpose(a))
+            pool.append(G.transpose(a) if len(a.shape) == 2 else G.neg(a))
+        elif op == "broadcast_to":              # (3, 3) -> (2, 3, 3): broadcasts move late
+            pool.append(G.broadcast_to(a, (2, 3, 3)))
         else:
             if draw(st.booleans()):
                 b = draw(st.sampled_from(pool))
@@ -281,3 +283,36 @@ def test_conv_scale_refuses_a_constant_that_is_not_per_channel():
     o = G.optimize(y, passes=[*DEFAULT_PASSES, "conv_bn"])
     assert [n.op for n in topological_order([o]) if n.op != "constant"] == \
         ["variable", "conv2d", "mul"]
+
+
+# ------------------------------------------------------------ broadcasts and batches
+def test_elementwise_ops_move_before_broadcasts():
+    x, y = G.Variable("bx", (1, 5)), G.Variable("by", (4, 1))
+    big = (3, 4, 5)
+    outs = [G.exp(G.broadcast_to(x, big)),
+            G.broadcast_to(x, big) * G.broadcast_to(y, big),
+            G.broadcast_to(x, big) + G.constant(np.float32(2.0))]
+    rng = np.random.default_rng(1)
+    feed = {"bx": rng.choice(SPECIAL, (1, 5)), "by": rng.choice(SPECIAL, (4, 1))}
+    new = _check(outs, feed)
+    for n in new:
+        assert n.op == "broadcast_to" and n.inputs[0].shape != n.shape, n
+    assert new[1].inputs[0].shape == (4, 5)          # the product of the small operands
+    # a full-size operand keeps the broadcast where it is
+    z = G.Variable("bz", big)
+    kept = G.optimize(G.broadcast_to(x, big) * z)
+    assert kept.op == "mul"
+
+
+def test_batched_weight_gradient_is_one_matmul_opt_in():
+    a, w = G.Variable("a", (3, 5, 4), "float64"), G.Variable("w", (4, 6), "float64")
+    loss = G.sum(G.tanh(a @ w))
+    (gw,) = G.gradients(loss, [w])
+    plain = G.optimize(gw)
+    assert plain.op == "sum_like"
+    new = G.optimize(gw, passes=[*DEFAULT_PASSES, "batch_matmul"])
+    assert new.op == "matmul" and new.inputs[0].shape == (15, 4)
+    rng = np.random.default_rng(2)
+    feed = {a: rng.standard_normal((3, 5, 4)), w: rng.standard_normal((4, 6))}
+    want, got = G.Executor([gw]).run(feed), G.Executor([new]).run(feed)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
