@@ -127,6 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     bn.add_argument("--peer-python", default=None,
                     help="a Python interpreter with apache-tvm / halide installed, for those "
                          "two systems (default: this one)")
+    gr = sub.add_parser("gen-rules", help="generate and verify graph substitutions (TASO-style) "
+                        "and write them as the package's rule data")
+    gr.add_argument("--max-ops", type=int, default=3, help="operators per side (default 3)")
+    gr.add_argument("--out", default=None, help="where to write the JSON (default: the "
+                    "package's graph/rules/substitutions.json)")
     args = parser.parse_args(argv)
     if args.version:
         import tensorlang as tl
@@ -151,7 +156,36 @@ def main(argv: list[str] | None = None) -> int:
         print(table)
         print(f"written: {args.out_dir}/RESULTS.md, {args.out_dir}/bench.png")
         return 0
+    if args.command == "gen-rules":
+        return gen_rules(args.max_ops, args.out, parser)
     parser.print_help()
+    return 0
+
+
+def gen_rules(max_ops: int, out, parser) -> int:
+    from .graph import substitutions as S
+
+    if not 1 <= max_ops <= 4:
+        parser.error("--max-ops must be 1..4")
+    try:
+        from tqdm import tqdm
+
+        def progress(items, what):
+            return tqdm(items, desc=f"fingerprint {what}", leave=False)
+    except ImportError:  # the bar is optional
+        progress = None
+    t0 = time.perf_counter()
+    rules, stats, refused = S.generate(max_ops, progress=progress)
+    path = out or S.RULES_PATH
+    S.save(rules, stats, path, max_ops)
+    print(f"{stats.terms} graphs of at most {max_ops} operators, {stats.classes} classes of "
+          f"equal fingerprints, {stats.candidates} candidate pairs: {stats.verified} verified, "
+          f"{stats.refused} refused by the verifier, {stats.pruned_renaming} pruned as "
+          f"renamings, {stats.pruned_common} as a smaller rule in a context "
+          f"({time.perf_counter() - t0:.1f} s)")
+    for r in refused[:3]:
+        print(f"  refused: {r['lhs']} == {r['rhs']} ({r['witness']})")
+    print(f"written: {path}")
     return 0
 
 
