@@ -19,3 +19,4 @@ from .executor import Executor  # noqa: F401
 from .node import Graph, GraphError, Node, topological_order  # noqa: F401
 from .ops import OPS  # noqa: F401
 from .rewrite import optimize  # noqa: F401
+from .rule_search import search  # noqa: F401
