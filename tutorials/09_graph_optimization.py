@@ -8,8 +8,9 @@
 # NaN included (a hypothesis test checks it on random graphs). Rules that change rounding
 # are opt-in. `TL_DEBUG=1` prints each rule as it fires.
 #
-# Not here yet (issue 14): fusion as a pass, conv + batch-norm folding and the TASO-style
-# generated substitutions.
+# Then the passes that are not bit-exact (opt-in): merged QKV and conv + batch-norm folding;
+# fusion, the pass the executor runs on every plan (`graph/fusion.py`); and substitutions
+# generated and verified as TASO does, applied by a search over measured kernel times.
 #
 # Run: python tutorials/09_graph_optimization.py
 
@@ -120,4 +121,94 @@ for a0, a1 in zip(r0, r1):
     np.testing.assert_allclose(a1, a0, rtol=1e-5, atol=1e-6)
 same = all(np.array_equal(a, b) for a, b in zip(r0, r1))
 print("kernels:", len(ex0.kernels), "->", len(ex1.kernels), f"; same bits here: {same}")
+
+# %% [markdown]
+# ## 6. Conv + batch norm (inference)
+# With constant weights and statistics, `(conv(x, W) - mean) * gamma / sqrt(var + eps) +
+# beta` is `conv(x, W * s) + t` per output channel. The `conv_bn` pass folds it; the
+# executor then runs the conv with its bias and relu as one kernel's epilogue.
+
+# %%
+C_IN, HW = 8, max(8, N // 16)
+xi = G.Variable("img", (1, C_IN, HW, HW))
+Wc = G.constant((rng.standard_normal((16, C_IN, 3, 3)) * 0.2).astype("float32"))
+bn = [G.constant(v.astype("float32")) for v in (rng.uniform(0.5, 2, 16),
+                                                rng.standard_normal(16),
+                                                rng.standard_normal(16),
+                                                rng.uniform(0.5, 2, 16))]
+net = G.relu(G.batch_norm(G.conv2d(xi, Wc, padding=1), *bn))
+(folded,) = G.optimize([net], ["fold", "algebra", "cse", "conv_bn"])
+img = rng.standard_normal((1, C_IN, HW, HW)).astype("float32")
+e0, e1 = G.Executor([net]), G.Executor([folded])
+np.testing.assert_allclose(e1.run({xi: img})[0], e0.run({xi: img})[0], rtol=1e-4, atol=1e-4)
+print(f"conv + bn + relu: {ops([net])} ops in {len(e0.kernels)} kernels -> "
+      f"{ops([folded])} ops in {len(e1.kernels)} kernel: {e1.kernels[0]}")
+
+# %% [markdown]
+# ## 7. Fusion: what one kernel computes
+# The executor partitions every graph into kernels (`graph/fusion.py`): elementwise chains
+# inline into one compute, a reduction takes its elementwise producer, a matmul or conv its
+# epilogue, and a row's statistics (mean, max, sum over the last axis) join what reads
+# them — layer norm and a softmax written out by hand each become one kernel that reads a
+# row once. `Executor(..., fuse=False)` runs one kernel per node, for comparison.
+
+# %%
+import time  # noqa: E402
+
+
+def per_run_ms(ex, feed, runs=5):
+    ex.run(feed)
+    t0 = time.perf_counter()
+    for _ in range(runs):
+        ex.run(feed)
+    return 1e3 * (time.perf_counter() - t0) / runs
+
+
+rows = G.Variable("rows", (N, 512))
+D_, A_, B_, C_ = (G.Variable(k, (N * 64,)) for k in "DABC")
+cases = {"E = D + (A+B)*C": ([D_ + (A_ + B_) * C_],
+                             {v: rng.standard_normal(N * 64).astype("f4")
+                              for v in (D_, A_, B_, C_)}),
+         "layer norm": ([G.layer_norm(rows)],
+                        {rows: rng.standard_normal((N, 512)).astype("f4")}),
+         "softmax by hand": ([G.exp(rows - G.max(rows, -1, keepdims=True))
+                              / G.sum(G.exp(rows - G.max(rows, -1, keepdims=True)), -1,
+                                      keepdims=True)],
+                             {rows: rng.standard_normal((N, 512)).astype("f4")})}
+for label, (outs_, feed_) in cases.items():
+    fused, plain = G.Executor(G.optimize(outs_)), G.Executor(outs_, fuse=False)
+    np.testing.assert_allclose(fused.run(feed_)[0], plain.run(feed_)[0], rtol=1e-5,
+                               atol=1e-6)
+    print(f"{label:18s} {len(plain.kernels):2d} kernels {per_run_ms(plain, feed_):7.3f} ms -> "
+          f"{len(fused.kernels)} kernel {per_run_ms(fused, feed_):7.3f} ms")
+    assert len(fused.kernels) == 1
+
+# %% [markdown]
+# ## 8. Generated substitutions and the search
+# `tensorlang gen-rules` enumerates every graph of up to 3 operators over matrices
+# (add, mul, matmul, transpose, relu, concat, split) and convolutions, fingerprints them on
+# integer inputs, verifies each candidate pair with sympy (or 64 random float inputs where
+# relu makes it non-polynomial), and prunes renamings and rules that a smaller one implies
+# in a context. Among the rules: distributivity, merged matmuls via concat, the transpose
+# of a product, convolutions with concatenated kernels. Integer fingerprints can collide
+# where real numbers differ — `relu(a + a·a) = a + a·a` holds for every integer — and the
+# verifier refuses those. `G.search` then rewrites a graph with the rules, guided by
+# measured kernel times.
+
+# %%
+import json  # noqa: E402
+import tempfile  # noqa: E402
+
+from tensorlang.graph import rule_search, substitutions  # noqa: E402
+
+stats = json.loads(substitutions.RULES_PATH.read_text())["stats"]
+print("generator:", ", ".join(f"{k} {v}" for k, v in stats.items()))
+wrong = substitutions.verify(substitutions.parse("relu(add(A, mul(A, A)))"),
+                             substitutions.parse("add(A, mul(A, A))"), "matrix")
+print("refused:", wrong.witness)
+xs_, w1_, w2_ = (G.Variable(k, (128, 128)) for k in ("xs", "w1", "w2"))
+with tempfile.TemporaryDirectory() as tmp:
+    model = rule_search.CostModel(f"{tmp}/times.json")
+    found = G.search([G.relu(xs_ @ w1_ + xs_ @ w2_)], budget_s=10, max_graphs=4, model=model)
+print(found.report())
 print("OK")

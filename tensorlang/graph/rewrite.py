@@ -13,9 +13,9 @@ Every default rule is exact in IEEE arithmetic, for every input including ±0, �
   the op; results up to `FOLD_MAX_ELEMENTS` elements, so that a broadcast is not
   materialised).
 - `algebra`: x * 1, x / 1, x ** 1, x - (+0.0), x + (-0.0) → x (same shape and dtype only:
-  a neutral element that broadcasts x is kept); -(-x) → x; x + x → 2 * x and 2 * x + x →
-  3 * x (exact: doubling is exact, and 3x is rounded once either way); transpose of
-  transpose → one transpose (or none); reshape of reshape → one reshape;
+  a neutral element that broadcasts x is kept); -(-x) → x; relu(relu(x)) → relu(x);
+  x + x → 2 * x and 2 * x + x → 3 * x (exact: doubling is exact, and 3x is rounded once
+  either way); transpose of transpose → one transpose (or none); reshape of reshape → one reshape;
   matmul(transpose(a), b) → matmul(a, b, ta=True) (the same products summed in the same
   order); broadcast minimisation (an elementwise op of broadcast values runs before the
   broadcast: exp(broadcast_to(x)) → broadcast_to(exp(x))). Not done, because they are not
@@ -129,6 +129,8 @@ def rule_neutral_element(n: Node) -> Node | None:
 def rule_double_negation(n: Node) -> Node | None:
     if n.op == "neg" and n.inputs[0].op == "neg":
         return n.inputs[0].inputs[0]
+    if n.op == "relu" and n.inputs[0].op == "relu":
+        return n.inputs[0]                           # relu is idempotent
     return None
 
 
