@@ -21,10 +21,13 @@ Every default rule is exact in IEEE arithmetic, for every input including ±0, �
   broadcast: exp(broadcast_to(x)) → broadcast_to(exp(x))). Not done, because they are not
   exact: x + 0.0 → x (-0.0 + 0.0 is +0.0) and x * 0 → 0 (inf * 0 and NaN * 0 are NaN;
   the graph layer has no integer dtypes, where it would hold).
-- `cse`: nodes with the same op, inputs and attributes (constants: the same bytes) are one.
+- `cse`: nodes with the same op, inputs and attributes (constants: the same bytes; default
+  attributes spelled out: sum(x) of a matrix is sum(x, axis=(0, 1))) are one. There are no
+  random or impure ops in the graph layer to keep apart.
 
 Opt-in, since it changes rounding: `reassociate` (the lecture's constant propagation,
-c1 + (x + c2) → x + (c1 + c2)); pass it explicitly. Opt-in too: `merge_matmul`
+c1 + (x + c2) → x + (c1 + c2)) and `factor` (a common factor hoisted: a*b + a*c →
+a*(b + c)); pass them explicitly. Opt-in too: `merge_matmul`
 (merged QKV: matmuls of one input by constant weights become one matmul and slices; the
 same sums in the same order, up to 1 ulp where fused multiply-adds differ, see
 `merge_matmuls`), and `conv_bn` (inference batch norm after a convolution with constant
@@ -186,6 +189,23 @@ def rule_matmul_transposed_operand(n: Node) -> Node | None:
         attrs = n.kwargs
         attrs[flag] = not attrs.get(flag, False)
         return _make("matmul", tuple(ins), n, **attrs)
+    return None
+
+
+def rule_hoist_common_factor(n: Node) -> Node | None:
+    """a*b + a*c -> a*(b + c) (and with -): one multiply fewer, NOT exact in floating point
+    (the products round separately on one side): opt-in, the `factor` pass. Only products
+    are factored — never a division (x/a + y/a is not (x + y)/a in integer arithmetic)."""
+    if n.op not in ("add", "sub") or any(i.op != "mul" for i in n.inputs):
+        return None
+    (p, q) = n.inputs
+    for a in dict.fromkeys(p.inputs):
+        if a not in q.inputs:
+            continue
+        b = p.inputs[1] if p.inputs[0] is a else p.inputs[0]
+        c = q.inputs[1] if q.inputs[0] is a else q.inputs[0]
+        out = _make("mul", (a, _make(n.op, (b, c))))
+        return out if _same_type(out, n) else None
     return None
 
 
@@ -373,6 +393,7 @@ PASSES: dict[str, tuple[Callable[[Node], Node | None], ...]] = {
     "merge_matmul": (),         # a whole-graph pass: merge_matmuls
     "conv_bn": (rule_conv_shift, rule_conv_scale, rule_reassociate_constants),
     "batch_matmul": (rule_batched_weight_gradient,),
+    "factor": (rule_hoist_common_factor,),
 }
 DEFAULT_PASSES = ("fold", "algebra", "cse")
 
@@ -381,7 +402,27 @@ DEFAULT_PASSES = ("fold", "algebra", "cse")
 def _key(n: Node):
     if n.op == "variable":
         return ("variable", n.id)             # two variables are never one
-    return (n.op, tuple(i.id for i in n.inputs), n.attrs, n.shape, n.dtype)
+    return (n.op, tuple(i.id for i in n.inputs), _normal_attrs(n), n.shape, n.dtype)
+
+
+def _normal_attrs(n: Node) -> tuple:
+    """The attributes with their defaults spelled out, so that CSE sees sum(x) and
+    sum(x, axis=(0, 1)) of a matrix, or transpose(m) and transpose(m, (1, 0)), as one."""
+    from . import shapes as S
+
+    attrs = dict(n.attrs)
+    shp = n.inputs[0].shape if n.inputs else None
+    if shp is not None:
+        try:
+            if n.op in ("sum", "mean", "max") and "axis" in attrs:
+                attrs["axis"] = S.axes(attrs["axis"], len(shp))
+            elif n.op == "transpose":
+                attrs["axes"] = tuple(S.permutation(attrs.get("axes"), len(shp)))
+            elif n.op in ("concat", "slice", "softmax", "log_softmax") and "axis" in attrs:
+                attrs["axis"] = attrs["axis"] % max(1, len(shp))
+        except (ValueError, TypeError):
+            pass
+    return tuple(sorted(attrs.items()))
 
 
 def rewrite(outputs, passes=DEFAULT_PASSES) -> tuple[list[Node], list[Fired]]:

@@ -106,12 +106,17 @@ def test_constants_fold_and_large_broadcasts_do_not():
 
 def test_cse_merges_equal_nodes_only():
     a, b = G.Variable("a", (4,)), G.Variable("b", (4,))
-    outs = [G.exp(a) + G.exp(a), G.exp(b), G.sum(G.exp(a), axis=0), G.sum(G.exp(a))]
+    outs = [G.exp(a) + G.exp(a), G.exp(b), G.sum(G.exp(a), axis=0), G.sum(G.exp(a)),
+            G.sum(G.exp(a), axis=-1)]
     new = G.optimize(outs, ["cse"])
     exps = {n.id for n in topological_order(new) if n.op == "exp"}
     assert len(exps) == 2                    # exp(a) once, exp(b) once
     sums = [n for n in topological_order(new) if n.op == "sum"]
-    assert len(sums) == 2                    # different axis attributes: not merged
+    assert len(sums) == 1                    # axis=0, -1 and None of a vector: one sum
+    m = G.Variable("m", (3, 4))
+    new = G.optimize([G.sum(m, axis=0), G.sum(m, axis=1), G.transpose(m),
+                      G.transpose(m, (1, 0)), G.transpose(m, (0, 1))], ["cse"])
+    assert len({n.id for n in new}) == 4     # the sums differ; two transposes are one
     # two variables with the same name and shape are different inputs
     c1, c2 = G.Variable("c", (4,)), G.Variable("c", (4,))
     assert len({n.id for n in topological_order(G.optimize([c1 + c2], ["cse"]))}) == 3
@@ -316,3 +321,16 @@ def test_batched_weight_gradient_is_one_matmul_opt_in():
     feed = {a: rng.standard_normal((3, 5, 4)), w: rng.standard_normal((4, 6))}
     want, got = G.Executor([gw]).run(feed), G.Executor([new]).run(feed)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+
+
+def test_common_factor_hoisting_is_opt_in():
+    a, b, c = (G.Variable(k, (5,), "float64") for k in ("fa", "fb", "fc"))
+    g = a * b + c * a
+    assert G.optimize(g).op == "add"
+    h = G.optimize(g, passes=["factor"])
+    assert h.op == "mul" and count([h]) == count([g]) - 1
+    rng = np.random.default_rng(0)
+    feed = {a: rng.standard_normal(5), b: rng.standard_normal(5), c: rng.standard_normal(5)}
+    np.testing.assert_allclose(G.Executor([h]).run(feed)[0], G.Executor([g]).run(feed)[0],
+                               rtol=1e-12)
+    assert G.optimize(a / b + c / b, passes=["factor"]).op == "add"   # never a division
