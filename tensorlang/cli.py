@@ -132,6 +132,12 @@ def main(argv: list[str] | None = None) -> int:
     gr.add_argument("--max-ops", type=int, default=3, help="operators per side (default 3)")
     gr.add_argument("--out", default=None, help="where to write the JSON (default: the "
                     "package's graph/rules/substitutions.json)")
+    tu = sub.add_parser("tune", help="run a script whose tl.auto_schedule calls search with a "
+                        "larger budget and record their best schedules in a tuning log")
+    tu.add_argument("script", help="a Python script that calls tl.auto_schedule")
+    tu.add_argument("--log", default="tuning.jsonl", help="the JSON-lines log (default "
+                    "tuning.jsonl); later runs of the script reuse it")
+    tu.add_argument("--budget", type=float, default=60.0, help="seconds per operator")
     args = parser.parse_args(argv)
     if args.version:
         import tensorlang as tl
@@ -158,7 +164,35 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "gen-rules":
         return gen_rules(args.max_ops, args.out, parser)
+    if args.command == "tune":
+        return tune(args.script, args.log, args.budget, parser)
     parser.print_help()
+    return 0
+
+
+def tune(script: str, log: str, budget: float, parser) -> int:
+    """Run `script` with TL_TUNE_LOG and TL_TUNE_BUDGET set: its auto_schedule calls read
+    and extend the log, and search for `budget` seconds each when nothing is recorded."""
+    import os
+    import pathlib
+    import runpy
+
+    if not pathlib.Path(script).is_file():
+        parser.error(f"tune: no script {script}")
+    if budget <= 0:
+        parser.error("--budget must be > 0")
+    old = {k: os.environ.get(k) for k in ("TL_TUNE_LOG", "TL_TUNE_BUDGET")}
+    os.environ["TL_TUNE_LOG"], os.environ["TL_TUNE_BUDGET"] = log, str(budget)
+    try:
+        runpy.run_path(script, run_name="__main__")
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    n = sum(1 for line in open(log) if line.strip()) if pathlib.Path(log).exists() else 0
+    print(f"tuning log {log}: {n} records")
     return 0
 
 

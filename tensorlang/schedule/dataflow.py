@@ -12,7 +12,7 @@ from ..ir.dtype import bool_, int32
 from ..ir.expr import Const, Load, ReduceVar, Var
 from ..ir.visit import walk
 from ..te.tensor import ComputeOp, IterVar, Tensor
-from .schedule import Schedule, Stage, _int_arg, _substitute_tensor
+from .schedule import Call, Schedule, Stage, _int_arg, _substitute_tensor
 
 
 def _fresh_axes(op: ComputeOp) -> tuple[IterVar, ...]:
@@ -61,7 +61,6 @@ def cache_read(sch: Schedule, tensor, scope: str, readers) -> Tensor:
                  for d, ext in enumerate(t.shape))
     body = Load(t, tuple(a.var for a in axes))
     op = ComputeOp(f"{t.name}_{scope}", axes, body, t.dtype)
-    names = ", ".join(st.id for st in rs)
 
     def edit():
         first = min(rs, key=sch.stages.index)
@@ -70,7 +69,7 @@ def cache_read(sch: Schedule, tensor, scope: str, readers) -> Tensor:
         for r in rs:
             r.op = r.op.with_body(_substitute_tensor(r.op.body, t, None, op.output))
 
-    sch._edit(f"cache_read({t.name}, {scope!r}, [{names}])", edit)
+    sch._edit(Call("cache_read", (t.name, scope, tuple(st.id for st in rs))), edit)
     return op.output
 
 def cache_write(sch: Schedule, tensor, scope: str) -> Tensor:
@@ -100,7 +99,7 @@ def cache_write(sch: Schedule, tensor, scope: str) -> Tensor:
         st.state = None
         c.cache_scope = scope
 
-    sch._edit(f"cache_write({t.name}, {scope!r})", edit)
+    sch._edit(Call("cache_write", (t.name, scope)), edit)
     return cop.output
 
 def pack(sch: Schedule, tensor, axis: int, factor: int, readers=None) -> Tensor:
@@ -160,8 +159,7 @@ def pack(sch: Schedule, tensor, axis: int, factor: int, readers=None) -> Tensor:
         for r in rs:
             r.op = r.op.with_body(map_expr(r.op.body, fn))
 
-    names_r = ", ".join(r.id for r in rs)
-    sch._edit(f"pack({t.name}, {ax}, {f}, [{names_r}])", edit)
+    sch._edit(Call("pack", (t.name, ax, f, tuple(r.id for r in rs))), edit)
     return op.output
 
 def rfactor(sch: Schedule, tensor, axis) -> Tensor:
@@ -292,6 +290,6 @@ def rfactor(sch: Schedule, tensor, axis) -> Tensor:
         st.op = fin
         st.state = None
 
-    sch._edit(f"rfactor({t.name}, {name})", edit)
+    sch._edit(Call("rfactor", (t.name, name)), edit)
     return rf.output
 

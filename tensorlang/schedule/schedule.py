@@ -108,10 +108,11 @@ class Stage:
                                 f"the loops are {self.loops}")
         return name
 
-    def _apply(self, new, call: str, removed: tuple[str, ...] = (), check_all: bool = False,
+    def _apply(self, new, data: Call, removed: tuple[str, ...] = (), check_all: bool = False,
                renamed: dict[str, str] | None = None) -> None:
+        call = str(data)
         if self.inlined:
-            raise ScheduleError(f"{call.split('(')[0]}: stage {self.id} was inlined into its "
+            raise ScheduleError(f"{data.prim}: stage {self.id} was inlined into its "
                                 "readers (compute_inline); it has no loops of its own")
         new = self._refresh_tags(new, call)
         states = {st.id: st.state for st in self.schedule.stages}
@@ -132,7 +133,7 @@ class Stage:
             st.state = states[st.id]
         for r in removed:
             self._gone[r] = call
-        self.schedule.trace.append(TraceEntry(self.id, call))
+        self.schedule.trace.append(TraceEntry(self.id, data))
 
     def _placed_bound(self, state, name: str) -> int | None:
         """The most iterations loop `name` of this stage makes per iteration of the loop it
@@ -208,7 +209,7 @@ class Stage:
                 raise ScheduleError(f"split: nparts needs loop {name} to have a constant "
                                     "extent; use factor= for a symbolic one")
             f = max(1, -(-rng[1] // parts))
-        call = f"split({name}, factor={f})"
+        call = Call("split", (name,), (("factor", f),))
         self._apply(split_dim(self.state, name, f), call, (name,),
                     renamed={name: f"{name}.inner"})
         return self._ax(f"{name}.outer"), self._ax(f"{name}.inner")
@@ -225,7 +226,7 @@ class Stage:
         st = split_dim(st, y, fy)
         names = [f"{x}.outer", f"{y}.outer", f"{x}.inner", f"{y}.inner"]
         st = reorder_dims(st, names)
-        self._apply(st, f"tile({x}, {y}, {fx}, {fy})", (x, y),
+        self._apply(st, Call("tile", (x, y, fx, fy)), (x, y),
                     renamed={x: f"{x}.inner", y: f"{y}.inner"})
         return tuple(self._ax(n) for n in names)
 
@@ -236,7 +237,7 @@ class Stage:
         names = [self._loop(x, "reorder", f"argument {k}") for k, x in enumerate(loops)]
         if len(set(names)) != len(names):
             raise ScheduleError(f"reorder: each loop may appear once, got {names}")
-        self._apply(reorder_dims(self.state, names), f"reorder({', '.join(names)})")
+        self._apply(reorder_dims(self.state, names), Call("reorder", tuple(names)))
 
     def fuse(self, *loops) -> LoopAxis:
         """Fuse adjacent loops (outer first) into one: `i.j.fused`."""
@@ -249,7 +250,7 @@ class Stage:
         for nxt in names[1:]:
             st = fuse_dims(st, cur, nxt)
             cur = f"{cur}.{nxt}.fused"
-        self._apply(st, f"fuse({', '.join(names)})", tuple(names))
+        self._apply(st, Call("fuse", tuple(names)), tuple(names))
         return self._ax(cur)
 
     def skew(self, outer, inner, factor: int = 1) -> LoopAxis:
@@ -261,7 +262,7 @@ class Stage:
         f = _int_arg(factor, "skew", "factor", minimum=None)
         if f == 0:
             raise ScheduleError("skew: factor must not be 0")
-        self._apply(skew_dims(self.state, a, b, f), f"skew({a}, {b}, factor={f})")
+        self._apply(skew_dims(self.state, a, b, f), Call("skew", (a, b), (("factor", f),)))
         return self._ax(b)
 
     def _tag(self, x, prim: str, kind: LoopKind) -> None:
@@ -285,7 +286,7 @@ class Stage:
             if bound > limit:
                 raise ScheduleError(f"{prim}: loop {name} runs up to {bound} iterations; at "
                                     f"most {limit} are supported; split it first")
-        self._apply(new, f"{prim}({name})")
+        self._apply(new, Call(prim, (name,)))
 
     def unroll(self, loop) -> None:
         """Unroll a loop of constant (or constant-bounded) extent."""
@@ -318,7 +319,7 @@ class Stage:
                                     f"{self.id}; each GPU index binds one loop")
         kind = LoopKind.GPU_BLOCK if tag.startswith("blockIdx") else LoopKind.GPU_THREAD
         new = tag_dim(self.state, name, kind, tag)
-        self._apply(new, f"bind({name!r}, {tag!r})")
+        self._apply(new, Call("bind", (name, tag)))
 
     def compute_at(self, parent, axis) -> None:
         """Compute this stage inside loop `axis` of stage `parent`, for each iteration of it
@@ -349,7 +350,7 @@ class Stage:
                                     "placement would be a cycle")
         new = replace(self.state, attach=(parent.id, loop),
                       trace=self.state.trace + (f"compute_at({parent.id}, {loop})",))
-        self._apply(new, f"compute_at({parent.id}, {loop})", check_all=True)
+        self._apply(new, Call("compute_at", (parent.id, loop)), check_all=True)
 
     def no_sync(self) -> None:
         """Leave out the barriers around this shared stage's copy inside a GPU block (the
@@ -362,14 +363,14 @@ class Stage:
                                 f"(its scope is {self.state.scope!r}); barriers order "
                                 "only shared tiles")
         new = replace(self.state, sync=False, trace=self.state.trace + ("no_sync()",))
-        self._apply(new, "no_sync()", check_all=True)
+        self._apply(new, Call("no_sync"), check_all=True)
 
     def compute_root(self) -> None:
         """Compute this stage in full before the stages that read it (the default)."""
         if self.state.attach is None and not self.inlined:
             return
         new = replace(self.state, attach=None, trace=self.state.trace + ("compute_root()",))
-        self._apply(new, "compute_root()", check_all=True)
+        self._apply(new, Call("compute_root"), check_all=True)
 
     def compute_inline(self) -> None:
         """Substitute this stage's expression into every stage that reads it; the stage
@@ -404,18 +405,70 @@ class Stage:
             sch.stages.remove(self)
             self.inlined = True
 
-        sch._edit(f"compute_inline({self.id})", edit, self.id)
+        sch._edit(Call("compute_inline"), edit, self.id)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One primitive as data: its name and arguments — loop, stage and tensor names as
+    strings, numbers, lists of names — as `replay` applies it and an auto-scheduler samples
+    and mutates it. `str()` is the short form of messages (`split(i, factor=4)`)."""
+
+    prim: str
+    args: tuple = ()
+    kwargs: tuple = ()        # (name, value) pairs
+
+    def __str__(self) -> str:
+        def short(v):
+            if isinstance(v, (list, tuple)):
+                return "[" + ", ".join(short(x) for x in v) + "]"
+            return str(v)
+        parts = [short(a) for a in self.args] + [f"{k}={short(v)}" for k, v in self.kwargs]
+        return f"{self.prim}({', '.join(parts)})"
+
+    def python(self) -> str:
+        """The call as Python source (names quoted: primitives take loop names)."""
+        parts = [repr(_plain(a)) for a in self.args] + \
+            [f"{k}={_plain(v)!r}" for k, v in self.kwargs]
+        return f"{self.prim}({', '.join(parts)})"
+
+    def to_json(self) -> list:
+        return [self.prim, [_plain(a) for a in self.args], {k: _plain(v) for k, v in self.kwargs}]
+
+    @staticmethod
+    def from_json(data) -> Call:
+        prim, args, kwargs = data
+        return Call(prim, tuple(_frozen(a) for a in args),
+                    tuple((k, _frozen(v)) for k, v in kwargs.items()))
+
+
+def _plain(v):
+    return [_plain(x) for x in v] if isinstance(v, (list, tuple)) else v
+
+
+def _frozen(v):
+    return tuple(_frozen(x) for x in v) if isinstance(v, list) else v
 
 
 @dataclass(frozen=True)
 class TraceEntry:
-    """One applied primitive: `s[stage].call`, replayable by loop names."""
+    """One applied primitive: `s[stage].call` (stage "" for a schedule-level one such as
+    cache_write), replayable by loop names."""
 
     stage: str
-    call: str
+    call: Call
 
     def __str__(self) -> str:
-        return f"s[{self.stage}].{self.call}" if self.stage else f"s.{self.call}"
+        """As Python: `s["C"].split("i", factor=4)`, `s.cache_write("C", "local")`."""
+        return f"s[{self.stage!r}].{self.call.python()}".replace("'", '"') if self.stage \
+            else f"s.{self.call.python()}".replace("'", '"')
+
+    def to_json(self) -> list:
+        return [self.stage, self.call.to_json()]
+
+    @staticmethod
+    def from_json(data) -> TraceEntry:
+        return TraceEntry(data[0], Call.from_json(data[1]))
 
 
 class Schedule:
@@ -448,6 +501,8 @@ class Schedule:
         self.program = build_program(self, {st.id: st.state for st in self.stages})
 
     def __getitem__(self, key) -> Stage:
+        if isinstance(key, str):             # a stage id, as trace_text writes it
+            return self.stage(key)
         op = key.op if isinstance(key, Tensor) else key
         if not isinstance(op, Operation):
             raise ScheduleError(f"schedule[...] expects a tensor or operation, got {key!r}")
@@ -469,12 +524,13 @@ class Schedule:
         raise ScheduleError(f"stage: no stage {stage_id!r}; the stages are "
                             f"{[st.id for st in self.stages]}")
 
-    def _edit(self, call: str, fn, stage: str = "") -> None:
+    def _edit(self, data: Call, fn, stage: str = "") -> None:
         """Change the stages (their computes or their list), rebuild the isl program and
         check every stage under it; on any failure the schedule is left as it was."""
         from ..polyhedral.model import identity_state
         from .program import build_program, program_params
 
+        call = f"{data}" if not stage else f"{data.prim}({stage})"
         saved = (list(self.stages), {id(st): (st.op, st.state, st.inlined)
                                      for st in self._by_op.values()}, dict(self._by_op),
                  self.program)
@@ -496,7 +552,7 @@ class Schedule:
                 st.op, st.state, st.inlined = saved[1][id(st)]
             self.program = saved[3]
             raise
-        self.trace.append(TraceEntry(stage, call))
+        self.trace.append(TraceEntry(stage, data))
 
     def _tensor(self, t, prim: str, argname: str) -> Tensor:
         """A tensor of this schedule (an input or a stage's output), or one named so."""
@@ -547,16 +603,16 @@ class Schedule:
         return rfactor(self, tensor, axis)
 
     def trace_text(self) -> str:
-        """The applied primitives, one per line, as Python calls on loop names."""
+        """The applied primitives, one per line, as Python on `s` that a user can paste
+        and edit (`s["C"].split("i", factor=4)`): the rendering of `trace` (data)."""
         return "\n".join(str(t) for t in self.trace)
 
-    def replay(self, other: Schedule) -> Schedule:
-        """Apply this schedule's primitives, by stage id and loop name, to `other`."""
-        for t in self.trace:
-            name, _, rest = t.call.partition("(")
-            args, kwargs = _parse_call(rest[:-1])
+    def replay(self, other: Schedule, trace=None) -> Schedule:
+        """Apply this schedule's primitives (or `trace`, a list of TraceEntry), by stage
+        id and loop name, to `other`."""
+        for t in self.trace if trace is None else trace:
             target = other.stage(t.stage) if t.stage else other
-            getattr(target, name)(*args, **kwargs)
+            getattr(target, t.call.prim)(*t.call.args, **dict(t.call.kwargs))
         return other
 
 
@@ -629,25 +685,3 @@ def create_schedule(outputs) -> Schedule:
                 f"create_schedule: {t.name} is a placeholder; pass the computed tensors"
             )
     return Schedule(list(outs))
-
-
-def _parse_call(text: str) -> tuple[list, dict]:
-    """'i.outer, j, factor=4' -> (['i.outer', 'j'], {'factor': 4}): numbers and strings stay,
-    names and dotted loop names become strings, lists stay lists."""
-    import ast
-
-    def value(node):
-        if isinstance(node, ast.Constant):
-            return node.value
-        if isinstance(node, ast.Name):
-            return node.id
-        if isinstance(node, ast.Attribute):
-            return f"{value(node.value)}.{node.attr}"
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -value(node.operand)
-        if isinstance(node, (ast.List, ast.Tuple)):
-            return [value(x) for x in node.elts]
-        raise TensorlangError(f"replay: cannot read the argument {ast.dump(node)}")
-
-    call = ast.parse(f"f({text})", mode="eval").body
-    return [value(a) for a in call.args], {k.arg: value(k.value) for k in call.keywords}

@@ -20,7 +20,7 @@ def test_bind_tags_loops_and_prints_them():
     s[B].bind(bi, "threadIdx.x")
     text = str(tl.lower(s, [A, B]))
     assert "# gpu_block blockIdx.x" in text and "# gpu_thread threadIdx.x" in text
-    assert s.trace_text().splitlines()[-1] == "s[B].bind('i.inner', 'threadIdx.x')"
+    assert s.trace_text().splitlines()[-1] == 's["B"].bind("i.inner", "threadIdx.x")'
     # the trace replays onto a fresh schedule
     A2, B2 = _vadd()
     s2 = s.replay(tl.create_schedule(B2))

@@ -1,0 +1,560 @@
+"""`tl.auto_schedule`: a search over schedule traces, legal by construction.
+
+Candidates are sampled from sketches over the landed primitives (as Ansor's sketches): per
+stage, elementwise producers inlined or placed at a loop of their reader; a reduction with
+two or more spatial axes register-tiled (cache_write into a local tile of mr rows by nv
+vectors, the reduction outside the unrolled rows and vector columns, B optionally packed);
+a reduction along memory rfactored into vector partials; every other stage tiled with its
+last axis in vectors, an inner tile unrolled, the outer loops fused and parallel. Each
+primitive is checked exactly by isl as it is applied; one that is refused (it would break a
+dependence, or its loop is too long to vectorise) is left out of the trace, so every
+candidate is legal and an illegal schedule is never built or measured.
+
+A candidate is a trace (`Schedule.trace`, data: primitive names and arguments); it replays
+on a fresh schedule and prints as Python (`trace_text()`). The cost model predicts each
+candidate's time from its loop structure against the target's description (vector lanes,
+vector registers, cores: a cross target is scheduled without running anything); on the
+host the best predicted candidates are built and measured, and the fastest wins. The
+result's `auto` attribute holds every candidate with its predicted and measured times, and
+the Spearman correlation between the two.
+
+The tuning log (JSON lines, like TVM's records) keys each program by a hash of its lowered
+default loop nest and the target; `auto_schedule(..., log=path)` reuses the best record
+and appends new ones. `tensorlang tune script.py` runs a script with a default log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..config import debug_print
+from ..errors import ScheduleError, TensorlangError
+from ..ir.stmt import LoopKind
+from .schedule import Schedule, TraceEntry, create_schedule
+
+MEASURE_TOP = 8          # candidates built and timed on the host, best predicted first
+SAMPLES = 48             # candidates sampled per search (fewer when the budget runs out)
+TIME_MIN_S = 0.02        # a candidate is timed in batches of calls at least this long
+
+
+@dataclass
+class Candidate:
+    trace: list[TraceEntry]
+    predicted: float                     # seconds, the model's
+    measured: float | None = None        # seconds, on the host
+
+    @property
+    def text(self) -> str:
+        return "\n".join(str(t) for t in self.trace)
+
+
+@dataclass
+class AutoResult:
+    key: str
+    target: str
+    candidates: list[Candidate] = field(default_factory=list)
+    best: Candidate | None = None
+    from_log: bool = False
+
+    @property
+    def spearman(self) -> float | None:
+        """Rank correlation of predicted and measured times over the measured candidates."""
+        pairs = [(c.predicted, c.measured) for c in self.candidates if c.measured is not None]
+        if len(pairs) < 3:
+            return None
+        p, m = (np.argsort(np.argsort(np.array(x))) for x in zip(*pairs))
+        if p.std() == 0 or m.std() == 0:
+            return None
+        return float(np.corrcoef(p, m)[0, 1])
+
+
+def _outputs(outputs) -> list:
+    outs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+    if not outs:
+        raise TensorlangError("auto_schedule: expected at least one output tensor")
+    return outs
+
+
+def _target(target):
+    from ..target import Target
+
+    return Target.parse(target) if not isinstance(target, Target) else target
+
+
+def program_key(outputs, target) -> str:
+    """The tuning log's key: a hash of the default loop nest (names, shapes, bodies) and
+    the target."""
+    from .lower import lower
+
+    outs = _outputs(outputs)
+    s = create_schedule(outs)
+    text = str(lower(s, [*s.placeholders, *outs]))
+    return hashlib.sha1(f"{text}|{_target(target)}".encode()).hexdigest()[:20]
+
+
+# ------------------------------------------------------------------------------ sketches
+def _try(obj, prim: str, *args, **kw):
+    """Apply a primitive: its result (True for those that return nothing), or None when it
+    is refused (the schedule stays as it was)."""
+    try:
+        out = getattr(obj, prim)(*args, **kw)
+        return True if out is None else out
+    except ScheduleError as e:
+        debug_print(3, f"auto_schedule: {prim} refused: {str(e).splitlines()[0]}")
+        return None
+
+
+def _extent(ax) -> int | None:
+    try:
+        return int(ax.dom.extent.value) if hasattr(ax, "dom") else int(ax.extent.value)
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def _is_output(s: Schedule, st) -> bool:
+    return any(st.op.output is o for o in s.outputs)
+
+
+def _reads_along(st, axis_name: str) -> bool:
+    """Whether some read of the stage has `axis_name` as its last index (contiguous)."""
+    from ..ir.expr import Load, Var
+    from ..ir.visit import walk
+
+    return any(isinstance(e, Load) and e.indices and isinstance(e.indices[-1], Var)
+               and e.indices[-1].name == axis_name for e in walk(st.op.body))
+
+
+def sample(outputs, target, rng: random.Random) -> Schedule:
+    """One candidate schedule (see the module), every primitive checked as applied."""
+    outs = _outputs(outputs)
+    tgt = _target(target)
+    s = create_schedule(outs)
+    lanes = tgt.vector_lanes(str(outs[0].dtype))
+    for st in list(s.stages):                       # producers: inline, or placed later
+        if not _is_output(s, st) and not st.op.reduce_axis and not st.op.is_recurrence \
+                and rng.random() < 0.7:
+            _try(st, "compute_inline")
+    placed = []
+    for st in reversed(list(s.stages)):
+        if st.inlined or st not in s.stages:
+            continue
+        spatial = list(st.op.axis)
+        red = list(st.op.reduce_axis)
+        if red and len(spatial) >= 2 and rng.random() < 0.75:
+            _register_tile(s, st, tgt, lanes, rng)
+        elif red and rng.random() < 0.5:
+            _vector_partials(s, st, lanes, rng)
+        else:
+            _tile_vector(s, st, lanes, rng)
+        if not _is_output(s, st) and rng.random() < 0.5:
+            placed.append(st)
+    for st in placed:                               # a producer at a loop of its reader
+        if st.inlined or st.state.attach is not None:
+            continue
+        readers = [r for r in s.stages if r is not st and not r.inlined and
+                   any(t is st.op.output for t in getattr(r.op, "input_tensors", ()))]
+        if readers:
+            r = rng.choice(readers)
+            loops = [lp.name for lp in r.state.loops if lp.kind is not LoopKind.VECTORIZED]
+            if loops:
+                _try(st, "compute_at", r, rng.choice(loops[:3]))
+    return s
+
+
+def _lowers(s: Schedule) -> bool:
+    """Whether the candidate lowers to a loop nest (a few legal combinations are not
+    implemented by the code generator; they are dropped, never measured)."""
+    from .lower import lower
+
+    try:
+        lower(s, [*s.placeholders, *s.outputs])
+        return True
+    except (NotImplementedError, TensorlangError) as e:
+        debug_print(2, f"auto_schedule: candidate dropped: {str(e).splitlines()[0]}")
+        return False
+
+
+def _parallel_outer(st, rng: random.Random) -> None:
+    """The outermost loops fused and parallel; a loop that carries a dependence is refused
+    (isl's witness) and the next one is tried."""
+    loops = [lp.name for lp in st.state.loops]
+    red = tuple(a.var.name for a in st.op.reduce_axis)
+    if len(loops) >= 2 and rng.random() < 0.5 and \
+            not any(x.split(".")[0] in red for x in loops[:2]) and \
+            all(lp.kind is LoopKind.SERIAL for lp in st.state.loops[:2]):
+        f = _try(st, "fuse", loops[0], loops[1])
+        if f is not None and _try(st, "parallel", f) is not None:
+            return
+    for name in [lp.name for lp in st.state.loops][:2]:
+        if name.split(".")[0] in red:
+            return                          # a reduction loop: rfactor first, not parallel
+        if _try(st, "parallel", name) is not None or \
+                name not in [lp.name for lp in st.state.loops]:
+            return
+
+
+def _tile_vector(s: Schedule, st, lanes: int, rng: random.Random) -> None:
+    spatial = [a.var.name for a in st.op.axis]
+    red = [a.var.name for a in st.op.reduce_axis]
+    if not spatial:
+        return
+    j = spatial[-1]
+    ext = _extent(st.op.axis[-1])
+    if ext is not None and ext >= lanes and rng.random() < 0.9:
+        u = rng.choice([1, 1, 2, 4])
+        jo, ji = (_try(st, "split", j, factor=lanes * u) or (None, None))
+        if ji is not None:
+            vec = ji
+            if u > 1:
+                jm, vec = (_try(st, "split", ji, factor=lanes) or (None, None))
+            inner = [x for x in (f"{j}.inner.outer",) if u > 1]
+            if len(spatial) >= 2 and rng.random() < 0.5:
+                i = spatial[-2]
+                ti = rng.choice([2, 4, 8, 16, 32])
+                if _try(st, "split", i, factor=ti) is not None:
+                    order = spatial[:-2] + [f"{i}.outer", f"{j}.outer", *red,
+                                            f"{i}.inner", *inner, vec.name if vec else ""]
+                    _try(st, "reorder", *[x for x in order if x])
+                    if ti <= 8 and rng.random() < 0.5:
+                        _try(st, "unroll", f"{i}.inner")
+            elif red:
+                _try(st, "reorder", *spatial[:-1], f"{j}.outer", *red, *inner,
+                     vec.name if vec else f"{j}.inner")
+            if vec is not None:
+                _try(st, "vectorize", vec)
+            if inner and rng.random() < 0.5:
+                _try(st, "unroll", inner[0])
+    _parallel_outer(st, rng)
+
+
+def _vector_partials(s: Schedule, st, lanes: int, rng: random.Random) -> None:
+    """A reduction along memory: its last reduce loop split by the lanes and rfactored,
+    the partial sums accumulating in a vector."""
+    red = st.op.reduce_axis
+    ext = _extent(red[-1])
+    if ext is None or ext < 2 * lanes or not _reads_along(st, red[-1].var.name):
+        _tile_vector(s, st, lanes, rng)
+        return
+    ko, ki = (_try(st, "split", red[-1], factor=lanes) or (None, None))
+    if ki is None:
+        return
+    rf = _try(s, "rfactor", st.op.output, ki)
+    if rf is None:
+        _parallel_outer(st, rng)
+        return
+    rst = s[rf]
+    kk, *rest = [a.var.name for a in rst.op.axis]
+    _try(rst, "reorder", *rest, *[a.var.name for a in rst.op.reduce_axis], kk)
+    _try(rst, "vectorize", kk)
+    main = s[st.op.output]
+    if main.op.axis and rng.random() < 0.7:
+        _try(rst, "compute_at", main, main.state.loops[-1].name)
+    _parallel_outer(main, rng)
+
+
+def _register_tile(s: Schedule, st, tgt, lanes: int, rng: random.Random) -> None:
+    """A register tile (TVM's and the executor's matmul structure) with sampled sizes."""
+    out = st.op.output
+    regs = tgt.vector_registers
+    nv = rng.choice([v for v in (1, 2, 3, 4) if v <= max(1, regs // 8)])
+    mr = rng.choice([r for r in (1, 2, 3, 4, 6, 8) if r * nv + nv + 2 <= regs] or [1])
+    n = _extent(st.op.axis[-1]) or lanes
+    if rng.random() < 0.4 and n > nv * lanes:
+        from ..ir.expr import Load, Var
+        from ..ir.visit import walk
+
+        j = st.op.axis[-1].var.name
+        for e in walk(st.op.body):
+            if isinstance(e, Load) and e.indices and isinstance(e.indices[-1], Var) and \
+                    e.indices[-1].name == j and hasattr(e.buffer, "op") and \
+                    any(e.buffer is p for p in s.placeholders):
+                _try(s, "pack", e.buffer, len(e.buffer.shape) - 1, nv * lanes, [st])
+                break
+    local = _try(s, "cache_write", out, "local")
+    if local is None:
+        _tile_vector(s, st, lanes, rng)
+        return
+    cs = s[out]
+    axes = [a.var.name for a in cs.op.axis]
+    tiled = _try(cs, "tile", axes[-2], axes[-1], mr, nv * lanes)
+    if tiled is None:
+        _parallel_outer(cs, rng)
+        return
+    io, jo, ii, ji = tiled
+    jio, jii = (_try(cs, "split", ji, factor=lanes) or (None, None))
+    if jii is not None:
+        _try(cs, "vectorize", jii)
+    lt = s[local]
+    if _try(lt, "compute_at", cs, jo) is not None:
+        *lb, li, lj = [a.var.name for a in lt.op.axis]
+        lk = [a.var.name for a in lt.op.reduce_axis]
+        parts = _try(lt, "split", lj, factor=lanes)
+        if parts is not None:
+            _try(lt, "reorder", *lb, *lk, li, f"{lj}.outer", f"{lj}.inner")
+            _try(lt, "unroll", li)
+            _try(lt, "unroll", f"{lj}.outer")
+            _try(lt, "vectorize", f"{lj}.inner")
+    _parallel_outer(cs, rng)
+
+
+# ----------------------------------------------------------------------------- the model
+def predict(s: Schedule, target) -> float:
+    """Seconds the schedule should take on `target`, from its loop structure: each stage's
+    multiply-adds over the vector lanes it uses, the cores its parallel loop can occupy and
+    the loads per multiply-add of its inner loop (a register tile reuses each load), plus
+    the bytes its global tensors move at the target's bandwidth."""
+    tgt = _target(target)
+    lanes = max(1, tgt.vector_lanes("float32"))
+    cores = max(1, (os.cpu_count() or 1) if tgt.is_host else 4)
+    ghz = 3.0e9
+    total = 0.0
+    for st in s.stages:
+        if st.inlined:
+            continue
+        work = 1
+        for a in list(st.op.axis) + list(st.op.reduce_axis):
+            work *= _extent(a) or 64
+        loops = st.state.loops
+        v = 1
+        if loops and loops[-1].kind is LoopKind.VECTORIZED:
+            v = min(lanes, loops[-1].max_extent or lanes)
+        elif any(lp.kind is LoopKind.VECTORIZED for lp in loops):
+            v = lanes
+        par = next((lp for lp in loops if lp.kind is LoopKind.PARALLEL), None)
+        p = 1
+        if par is not None and st.state.attach is None:
+            p = min(cores, par.max_extent or cores)
+        unrolled = sum(lp.kind is LoopKind.UNROLLED for lp in loops)
+        per_cycle = 2.0 * v * (1.0 + 0.5 * min(unrolled, 2))    # issue, a little ILP
+        if getattr(st, "cache_scope", None) == "local" and st.op.reduce_axis and \
+                st.state.attach is not None and unrolled:
+            per_cycle = 2.0 * v * _tile_efficiency(st, tgt, packed=any(
+                x.op.name.endswith("_packed") for x in s.stages if not x.inlined))
+        elif st.op.reduce_axis and v == 1:
+            per_cycle = 0.5                                     # a scalar dependent chain
+        total += work / (per_cycle * ghz * p)
+        if st.state.attach is None:
+            total += 4.0 * _dims(st.op.output) / (8e9 * min(p, 2))   # its output to memory
+    for t in s.placeholders:
+        total += 4.0 * _dims(t) / 16e9
+    return total
+
+
+def _tile_efficiency(st, tgt, packed: bool) -> float:
+    """The fraction of the FMA peak a register tile of mr rows by nv vectors can reach:
+    mr * nv independent accumulators hide the FMA latency (8 in flight: 2 pipes x 4
+    cycles), mr broadcasts and nv loads feed mr * nv FMAs (2 loads per cycle), and a tile
+    that does not fit the vector registers spills; an unpacked B is read across rows."""
+    ext = [lp.max_extent or 1 for lp in st.state.loops if lp.kind is LoopKind.UNROLLED]
+    mr = ext[0] if ext else 1
+    nv = ext[1] if len(ext) > 1 else 1
+    acc = mr * nv
+    eff = min(1.0, acc / 8.0) * min(1.0, acc / (mr + nv))
+    if acc + nv + 2 > tgt.vector_registers:
+        eff *= 0.3
+    return eff * (1.0 if packed else 0.75)
+
+
+def _dims(t) -> int:
+    n = 1
+    for x in t.shape:
+        try:
+            n *= int(x.value)
+        except (AttributeError, TypeError, ValueError):
+            n *= 64
+    return n
+
+
+# --------------------------------------------------------------------------- measuring
+def measure(s: Schedule, target="llvm", runs: int = 3) -> float:
+    """Seconds per call of the schedule's kernel on random inputs (the host only)."""
+    from ..driver import build
+
+    args = [*s.placeholders, *s.outputs]
+    mod = build(s, args, target=target, name="auto")
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal([int(x.value) for x in t.shape]).astype(str(t.dtype))
+              for t in args]
+    mod(*arrays)
+    t0 = time.perf_counter()
+    mod(*arrays)
+    once = max(time.perf_counter() - t0, 1e-7)
+    reps = max(1, min(1000, int(TIME_MIN_S / once)))
+    best = float("inf")
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            mod(*arrays)
+        best = min(best, (time.perf_counter() - t0) / reps)
+    return best
+
+
+# ------------------------------------------------------------------------------ the log
+def _read_log(path) -> list[dict]:
+    try:
+        with open(path) as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as e:
+        raise TensorlangError(f"auto_schedule: cannot read the tuning log {path}: {e}") from e
+
+
+def best_record(path, key: str) -> dict | None:
+    recs = [r for r in _read_log(path) if r.get("key") == key and r.get("time") is not None]
+    return min(recs, key=lambda r: r["time"]) if recs else None
+
+
+def _append_log(path, rec: dict) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(rec) + "\n")
+
+
+def replay_trace(outputs, trace: list[TraceEntry]) -> Schedule:
+    s = create_schedule(_outputs(outputs))
+    return s.replay(s, trace)
+
+
+# ------------------------------------------------------------------------------ search
+def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=None,
+                  measure_on_host: bool | None = None, seed: int = 0,
+                  progress: bool = False) -> Schedule:
+    """A schedule for `outputs` found by search (see the module). Sizes must be constant.
+    `measure_on_host` (default: when the target runs here) times the best predicted
+    candidates; otherwise the model alone chooses. `log` (or $TL_TUNE_LOG) is a JSON-lines
+    tuning log to reuse and extend."""
+    outs = _outputs(outputs)
+    tgt = _target(target)
+    if budget_s is None:
+        budget_s = float(os.environ.get("TL_TUNE_BUDGET", 30.0))
+    if budget_s <= 0:
+        raise TensorlangError(f"auto_schedule: budget_s must be > 0, got {budget_s}")
+    for t in outs:
+        if any(not hasattr(x, "value") for x in t.shape):
+            raise NotImplementedError(f"auto_schedule: {t.name} has symbolic sizes; the "
+                                      "search needs constant shapes (bind the tl.var sizes "
+                                      "first)")
+    log = log or os.environ.get("TL_TUNE_LOG") or None
+    key = program_key(outs, tgt)
+    result = AutoResult(key, str(tgt))
+    if log is not None:
+        rec = best_record(log, key)
+        if rec is not None:
+            trace = [TraceEntry.from_json(x) for x in rec["trace"]]
+            s = replay_trace(outs, trace)
+            result.best = Candidate(trace, rec.get("predicted", 0.0), rec["time"])
+            result.candidates, result.from_log = [result.best], True
+            s.auto = result
+            return s
+    if measure_on_host is None:
+        measure_on_host = tgt.is_host
+    rng = random.Random(seed)
+    t0 = time.perf_counter()
+    seen: dict[str, Candidate] = {}
+    base = create_schedule(outs)
+    seen[""] = Candidate([], predict(base, tgt))         # the declared loop nest
+    sample_budget = budget_s * (0.4 if measure_on_host else 1.0)
+    tries = 0
+    while len(seen) < SAMPLES and time.perf_counter() - t0 < sample_budget and \
+            tries < 4 * SAMPLES:
+        tries += 1
+        s = sample(outs, tgt, rng)
+        if not _lowers(s):
+            continue
+        text = s.trace_text()
+        if text not in seen:
+            seen[text] = Candidate(list(s.trace), predict(s, tgt))
+            debug_print(1, f"auto_schedule: candidate {len(seen)} predicted "
+                           f"{seen[text].predicted * 1e3:.3f} ms")
+    cands = sorted(seen.values(), key=lambda c: c.predicted)
+    result.candidates = cands
+    if measure_on_host:
+        todo = cands[:max(MEASURE_TOP, len(cands))]
+        bar = _progress(todo, progress)
+        best = None
+        for k, c in enumerate(bar):
+            if best is not None and (time.perf_counter() - t0 > 0.7 * budget_s or
+                                     k >= MEASURE_TOP and time.perf_counter() - t0 >
+                                     0.5 * budget_s):
+                break
+            c.measured = measure(replay_trace(outs, c.trace), tgt)
+            debug_print(1, f"auto_schedule: predicted {c.predicted * 1e3:.3f} ms, measured "
+                           f"{c.measured * 1e3:.3f} ms\n{c.text}")
+            if best is None or c.measured < best.measured:
+                best = c
+            if hasattr(bar, "set_postfix"):
+                bar.set_postfix(best_ms=f"{best.measured * 1e3:.3f}")
+        while best is not None and time.perf_counter() - t0 < budget_s:
+            child = _mutate(outs, best.trace, rng)       # evolve the fastest: new tile sizes
+            if child is None:
+                continue
+            text = "\n".join(str(t) for t in child)
+            if text in seen:
+                continue
+            c = seen[text] = Candidate(child, predict(replay_trace(outs, child), tgt))
+            result.candidates.append(c)
+            c.measured = measure(replay_trace(outs, child), tgt)
+            debug_print(1, f"auto_schedule: mutant predicted {c.predicted * 1e3:.3f} ms, "
+                           f"measured {c.measured * 1e3:.3f} ms")
+            if c.measured < best.measured:
+                best = c
+        result.best = best
+    else:
+        result.best = cands[0]
+    s = replay_trace(outs, result.best.trace)
+    if log is not None:
+        _append_log(log, {"key": key, "target": str(tgt), "time": result.best.measured,
+                          "predicted": result.best.predicted,
+                          "trace": [t.to_json() for t in result.best.trace]})
+    s.auto = result
+    return s
+
+
+FACTORS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+
+
+def _mutate(outs, trace: list[TraceEntry], rng: random.Random) -> list[TraceEntry] | None:
+    """The trace with one split or tile factor moved to a neighbouring value, or None when
+    the result does not replay (a primitive refused it: never measured)."""
+    from .schedule import Call
+
+    spots = [(k, a) for k, t in enumerate(trace)
+             for a, v in enumerate(list(t.call.args) + [v for _, v in t.call.kwargs])
+             if t.call.prim in ("split", "tile", "pack") and isinstance(v, int) and v > 1 and
+             not (t.call.prim == "pack" and a == 1)]
+    if not spots:
+        return None
+    k, a = rng.choice(spots)
+    t = trace[k]
+    args, kwargs = list(t.call.args), list(t.call.kwargs)
+    old = args[a] if a < len(args) else kwargs[a - len(args)][1]
+    near = [f for f in FACTORS if f != old and 0.4 * old <= f <= 2.5 * old] or [max(1, old // 2)]
+    new = rng.choice(near)
+    if a < len(args):
+        args[a] = new
+    else:
+        kwargs[a - len(args)] = (kwargs[a - len(args)][0], new)
+    child = list(trace)
+    child[k] = TraceEntry(t.stage, Call(t.call.prim, tuple(args), tuple(kwargs)))
+    try:
+        ok = _lowers(replay_trace(outs, child))
+    except (ScheduleError, TensorlangError):
+        return None
+    return child if ok else None
+
+
+def _progress(items, show: bool):
+    if not show:
+        return items
+    try:
+        from tqdm import tqdm
+    except ImportError:   # the bar is optional
+        return items
+    return tqdm(items, desc="auto_schedule: measuring", leave=False)
