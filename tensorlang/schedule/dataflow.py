@@ -69,7 +69,7 @@ def cache_read(sch: Schedule, tensor, scope: str, readers) -> Tensor:
         for r in rs:
             r.op = r.op.with_body(_substitute_tensor(r.op.body, t, None, op.output))
 
-    sch._edit(Call("cache_read", (t.name, scope, tuple(st.id for st in rs))), edit)
+    sch._edit(Call("cache_read", (sch._ref(t), scope, tuple(st.id for st in rs))), edit)
     return op.output
 
 def cache_write(sch: Schedule, tensor, scope: str) -> Tensor:
@@ -99,7 +99,7 @@ def cache_write(sch: Schedule, tensor, scope: str) -> Tensor:
         st.state = None
         c.cache_scope = scope
 
-    sch._edit(Call("cache_write", (t.name, scope)), edit)
+    sch._edit(Call("cache_write", (sch._ref(t), scope)), edit)
     return cop.output
 
 def pack(sch: Schedule, tensor, axis: int, factor: int, readers=None) -> Tensor:
@@ -159,7 +159,7 @@ def pack(sch: Schedule, tensor, axis: int, factor: int, readers=None) -> Tensor:
         for r in rs:
             r.op = r.op.with_body(map_expr(r.op.body, fn))
 
-    sch._edit(Call("pack", (t.name, ax, f, tuple(r.id for r in rs))), edit)
+    sch._edit(Call("pack", (sch._ref(t), ax, f, tuple(r.id for r in rs))), edit)
     return op.output
 
 def rfactor(sch: Schedule, tensor, axis) -> Tensor:
@@ -290,6 +290,6 @@ def rfactor(sch: Schedule, tensor, axis) -> Tensor:
         st.op = fin
         st.state = None
 
-    sch._edit(Call("rfactor", (t.name, name)), edit)
+    sch._edit(Call("rfactor", (sch._ref(t), name)), edit)
     return rf.output
 

@@ -556,7 +556,10 @@ class Schedule:
 
     def _tensor(self, t, prim: str, argname: str) -> Tensor:
         """A tensor of this schedule (an input or a stage's output), or one named so."""
-        if isinstance(t, str):
+        if isinstance(t, str):      # a stage id first (unique), then a tensor name
+            for st in self.stages:
+                if st.id == t:
+                    return st.op.output
             for x in list(self.placeholders) + [st.op.output for st in self.stages]:
                 if x.name == t:
                     return x
@@ -567,6 +570,11 @@ class Schedule:
                                                          for st in self.stages):
             return t
         raise ScheduleError(f"{prim}: {argname} {t.name} is not part of this schedule")
+
+    def _ref(self, t: Tensor) -> str:
+        """How a trace names tensor t: its stage's id (unique) or an input's name."""
+        st = self._by_op.get(id(t.op))
+        return st.id if st is not None else t.name
 
     def _new_stage(self, op: ComputeOp, before: Stage) -> Stage:
         used = {st.id for st in self._by_op.values()}
