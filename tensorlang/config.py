@@ -4,11 +4,15 @@ TL_DEBUG=1 prints timings of each pass, =2 also loop nests, =3 also LLVM IR, =4 
 maps and dependences. TL_NUM_THREADS sets the size of the parallel thread pool.
 TL_FP_CONTRACT=0 stops the LLVM backend from fusing a*b + c into one multiply-add (the
 default allows it, as C compilers' -ffp-contract=on does within an expression).
+TL_FASTMATH=1 builds every LLVM kernel with fast math (`tl.build(..., fastmath=True)` does it
+for one kernel; see `fastmath`).
 TL_STRICT=1 turns a refused default schedule (the graph executor's, which then runs the
 declared loop nest, correct but up to 200x slower) into an error; the test suite sets it.
 """
 
 from __future__ import annotations
+
+from contextvars import ContextVar
 
 import contextlib
 import os
@@ -40,6 +44,20 @@ def num_threads() -> int:
 def fp_contract() -> bool:
     """Whether a*b + c may become one fused multiply-add (TL_FP_CONTRACT, default 1)."""
     return os.environ.get("TL_FP_CONTRACT", "1").strip() not in ("0", "off", "false", "no")
+
+
+_FASTMATH: ContextVar[bool | None] = ContextVar("tl_fastmath", default=None)
+
+
+def fastmath() -> bool:
+    """Whether the kernel being built uses fast math: LLVM's `fast` flags on float
+    arithmetic (reassociation, reciprocals, no NaN/inf/-0 guarantees), NaN-ignoring
+    min/max, and exp without its edge selects (NaN in, anything out). `tl.build(...,
+    fastmath=True)` for one kernel; TL_FASTMATH=1 for every kernel (default off)."""
+    v = _FASTMATH.get()
+    if v is not None:
+        return v
+    return os.environ.get("TL_FASTMATH", "0").strip() not in ("0", "off", "false", "no", "")
 
 
 def strict() -> bool:

@@ -254,7 +254,8 @@ def _build_nvptx(s: Schedule, args, target: str, name: str, checks: bool) -> Mod
 
 
 @deep
-def build(s: Schedule, args, target="llvm", name: str = "main", checks: bool = True) -> Module:
+def build(s: Schedule, args, target="llvm", name: str = "main", checks: bool = True,
+          fastmath: bool | None = None) -> Module:
     """Lower `s` and compile it; `args` are the tensors (and tl.var sizes) of the signature.
 
     `target` is a `tl.Target`, a preset name ("aarch64", "riscv64+v", ...) or a string
@@ -264,7 +265,23 @@ def build(s: Schedule, args, target="llvm", name: str = "main", checks: bool = T
     Reads whose index isl cannot prove in range (`A[I[i]]`: it depends on data) are checked
     when the kernel runs; an index outside its tensor raises `tl.IndexBoundsError` naming the
     tensor, the index and the iteration. `checks=False` removes those checks, for indices
-    the caller guarantees (an out-of-range index then reads outside the array)."""
+    the caller guarantees (an out-of-range index then reads outside the array).
+
+    `fastmath=True` (LLVM targets; default TL_FASTMATH, off) lets LLVM reassociate float
+    arithmetic, divide by reciprocals and assume no NaN or inf, makes min/max ignore NaN
+    and exp skip its edge cases: faster reductions, softmax and activations, results that
+    differ from numpy's by a few ulp, and no NaN guarantees."""
+    if fastmath is not None:
+        if not isinstance(fastmath, bool):
+            raise TensorlangError(f"build: fastmath must be True, False or None, got "
+                                  f"{fastmath!r}")
+        from .config import _FASTMATH
+
+        token = _FASTMATH.set(fastmath)
+        try:
+            return build(s, args, target, name, checks)
+        finally:
+            _FASTMATH.reset(token)
     if isinstance(target, str):
         kind = target.split()[0] if target.split() else ""
         if kind == "nvptx":

@@ -147,14 +147,19 @@ def sample(outputs, target, rng: random.Random) -> Schedule:
             continue
         spatial = list(st.op.axis)
         red = list(st.op.reduce_axis)
-        if red and len(spatial) >= 2 and rng.random() < 0.75:
+        wide = len(spatial) >= 2 and (_extent(spatial[-1]) or 0) >= lanes and \
+            _reads_along(st, spatial[-1].var.name)
+        along = red and _reads_along(st, red[-1].var.name)
+        if red and wide and rng.random() < 0.75:
             _register_tile(s, st, tgt, lanes, rng)
-        elif red and rng.random() < 0.5:
+        elif red and (along and rng.random() < 0.8 or rng.random() < 0.3):
             _vector_partials(s, st, lanes, rng)
         else:
             _tile_vector(s, st, lanes, rng)
         if not _is_output(s, st) and rng.random() < 0.5:
             placed.append(st)
+    if rng.random() < 0.5:
+        _rows(s, rng)
     for st in placed:                               # a producer at a loop of its reader
         if st.inlined or st.state.attach is not None:
             continue
@@ -179,6 +184,22 @@ def _lowers(s: Schedule) -> bool:
     except (NotImplementedError, TensorlangError) as e:
         debug_print(2, f"auto_schedule: candidate dropped: {str(e).splitlines()[0]}")
         return False
+
+
+def _rows(s: Schedule, rng: random.Random) -> None:
+    """Row statistics at the output's row loop (softmax, layer norm): every stage whose
+    leading axes are the output's is computed inside the output's first loop, readers
+    first, so each row is read from memory once."""
+    out = s[s.outputs[0]]
+    if len(out.op.axis) < 2 or not out.state.loops:
+        return
+    lead = [_extent(a) for a in out.op.axis[:-1]]
+    row = out.state.loops[0].name
+    for st in reversed(list(s.stages)):
+        if st is out or st.inlined or st.state.attach is not None or not st.op.axis:
+            continue
+        if [_extent(a) for a in st.op.axis[:len(lead)]] == lead:
+            _try(st, "compute_at", out, row)
 
 
 def _parallel_outer(st, rng: random.Random) -> None:
@@ -254,8 +275,8 @@ def _vector_partials(s: Schedule, st, lanes: int, rng: random.Random) -> None:
     _try(rst, "reorder", *rest, *[a.var.name for a in rst.op.reduce_axis], kk)
     _try(rst, "vectorize", kk)
     main = s[st.op.output]
-    if main.op.axis and rng.random() < 0.7:
-        _try(rst, "compute_at", main, main.state.loops[-1].name)
+    if main.op.axis and rng.random() < 0.8:   # the partials per output element
+        _try(rst, "compute_at", main, main.op.axis[-1].var.name)
     _parallel_outer(main, rng)
 
 
@@ -283,7 +304,8 @@ def _register_tile(s: Schedule, st, tgt, lanes: int, rng: random.Random) -> None
         return
     cs = s[out]
     axes = [a.var.name for a in cs.op.axis]
-    tiled = _try(cs, "tile", axes[-2], axes[-1], mr, nv * lanes)
+    row = rng.choice(axes[:-1]) if rng.random() < 0.5 else axes[-2]  # conv: channels
+    tiled = _try(cs, "tile", row, axes[-1], mr, nv * lanes)
     if tiled is None:
         _parallel_outer(cs, rng)
         return
@@ -292,8 +314,16 @@ def _register_tile(s: Schedule, st, tgt, lanes: int, rng: random.Random) -> None
     if jii is not None:
         _try(cs, "vectorize", jii)
     lt = s[local]
+    k_row = axes.index(row)
+    if row != axes[-2]:        # the tile's row loop after the other spatial loops
+        rest = [x for x in axes[:-1] if x != row]
+        _try(cs, "reorder", *rest[:k_row], f"{row}.outer", *rest[k_row:],
+             f"{axes[-1]}.outer", f"{row}.inner", f"{axes[-1]}.inner.outer",
+             f"{axes[-1]}.inner.inner")
     if _try(lt, "compute_at", cs, jo) is not None:
-        *lb, li, lj = [a.var.name for a in lt.op.axis]
+        lax = [a.var.name for a in lt.op.axis]
+        li, lj = lax[k_row], lax[-1]
+        lb = [x for x in lax[:-1] if x != li]
         lk = [a.var.name for a in lt.op.reduce_axis]
         parts = _try(lt, "split", lj, factor=lanes)
         if parts is not None:
@@ -476,7 +506,7 @@ def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=Non
     cands = sorted(seen.values(), key=lambda c: c.predicted)
     result.candidates = cands
     if measure_on_host:
-        todo = cands[:max(MEASURE_TOP, len(cands))]
+        todo = [seen[""]] + [c for c in cands if c.trace][:max(MEASURE_TOP, len(cands))]
         bar = _progress(todo, progress)
         best = None
         for k, c in enumerate(bar):

@@ -157,3 +157,38 @@ def test_vector_log_tanh_erf_have_no_call_per_lane(name):
     assert f"llvm.{name}." not in ir and f"@{name}f" not in ir and "call float @" not in ir
     x = np.random.default_rng(3).uniform(0.01, 3, 1000).astype(np.float32)
     np.testing.assert_array_equal(run(f, x), run(build_fn(FUNCTIONS[name][0], "llvm", False), x))
+
+
+# ------------------------------------------------------------ fast math (opt-in)
+def test_fastmath_is_opt_in_and_close():
+    import tensorlang as tl
+
+    n = 1000
+    X = tl.placeholder((n,), "float32", name="X")
+    r = tl.reduce_axis((0, n), name="r")
+    M = tl.compute((1,), lambda i: tl.max(X[r], axis=r), name="M")
+    Y = tl.compute((n,), lambda i: tl.exp(X[i] - M[0]) / 3.0, name="Y")
+    s = tl.create_schedule(Y)
+    s[Y].vectorize(s[Y].split(Y.op.axis[0], factor=16)[1])
+    exact = tl.build(s, [X, Y], name="e_exact")
+    fast = tl.build(s, [X, Y], name="e_fast", fastmath=True)
+    assert "fast" not in exact.get_source() and " fast " in fast.get_source()
+    assert "maxnum" in fast.get_source() and "maximum" in exact.get_source()
+    x = np.random.default_rng(0).uniform(-80, 80, n).astype("float32")
+    want = np.exp((x - x.max()).astype("f8")) / 3     # x - max is rounded in float32 first
+    for f, rtol in ((exact, 5e-7), (fast, 3e-6)):
+        y = np.zeros(n, "float32")
+        f(x, y)
+        np.testing.assert_allclose(y, want, rtol=rtol, atol=1e-37)
+    with pytest.raises(tl.TensorlangError, match="fastmath"):
+        tl.build(s, [X, Y], name="e_bad", fastmath="yes")
+
+
+def test_fastmath_environment_switch(monkeypatch):
+    import tensorlang as tl
+
+    X = tl.placeholder((64,), "float32", name="X")
+    Y = tl.compute((64,), lambda i: X[i] / 7.0, name="Y")
+    monkeypatch.setenv("TL_FASTMATH", "1")
+    f = tl.build(tl.create_schedule(Y), [X, Y], name="env_fast")
+    assert "fdiv fast" in f.get_source() or "fmul fast" in f.get_source()

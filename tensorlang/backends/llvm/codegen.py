@@ -12,7 +12,7 @@ import contextlib
 
 from llvmlite import ir
 
-from ...config import fp_contract
+from ...config import fastmath, fp_contract
 from ...errors import TensorlangError
 from ...ir.dtype import DType
 from ...ir.expr import (
@@ -84,7 +84,8 @@ class FunctionCodegen:
         self.threads = threads
         # (float32 <-> float16, float64 -> float16) in one instruction; else integer IR
         self.half_native = native_conversions(target) if target is not None else (False, False)
-        self.fp_flags = ("contract",) if fp_contract() else ()
+        self.fast = fastmath()
+        self.fp_flags = ("fast",) if self.fast else ("contract",) if fp_contract() else ()
         self.in_parallel = False
         self.vec: VectorContext | None = None
         self.outlined = 0
@@ -308,9 +309,12 @@ class FunctionCodegen:
         if isinstance(e, Mul):
             return b.fmul(x, y, flags=self.fp_flags)
         if isinstance(e, Div):
-            return b.fdiv(x, y)
+            return b.fdiv(x, y, flags=self.fp_flags if self.fast else ())
         if isinstance(e, (Min, Max)):
-            name = "minimum" if isinstance(e, Min) else "maximum"
+            if self.fast:     # NaN ignored: one vminps/vmaxps instead of a compare and blend
+                name = "minnum" if isinstance(e, Min) else "maxnum"
+            else:
+                name = "minimum" if isinstance(e, Min) else "maximum"
             return b.call(self._intrinsic(name, x.type, 2), [x, y])
         q = b.call(self._intrinsic("floor", x.type), [b.fdiv(x, y)])
         if isinstance(e, FloorDiv):
@@ -467,7 +471,7 @@ class FunctionCodegen:
         scalar_t = t.element if isinstance(t, ir.VectorType) else t
         if e.name in INLINE_F32 and isinstance(scalar_t, ir.FloatType):
             # inline: vectorises, no libm call per lane
-            out = INLINE_F32[e.name](b, args[0], self._declare)
+            out = INLINE_F32[e.name](b, args[0], self._declare, fast=self.fast)
         elif e.name in _INTRINSICS:
             out = b.call(self._intrinsic(e.name, t, len(args)), args)
         elif e.name in _LIBM:
@@ -718,7 +722,7 @@ class FunctionCodegen:
         fn.linkage = "internal"
         sub = FunctionCodegen.__new__(FunctionCodegen)
         sub.module, sub.threads, sub.in_parallel, sub.vec = self.module, self.threads, True, None
-        sub.fp_flags, sub.half_native = self.fp_flags, self.half_native
+        sub.fp_flags, sub.half_native, sub.fast = self.fp_flags, self.half_native, self.fast
         sub.kernel, sub.check_guard = self.kernel, None
         sub.registers = list(self.registers)
         sub.padded = set(self.padded)

@@ -63,9 +63,11 @@ def _int_type(t: ir.Type) -> ir.Type:
     return ir.VectorType(I32, t.count) if isinstance(t, ir.VectorType) else I32
 
 
-def exp_f32(b: ir.IRBuilder, x: ir.Value, declare) -> ir.Value:
+def exp_f32(b: ir.IRBuilder, x: ir.Value, declare, fast: bool = False) -> ir.Value:
     """exp of a float32 scalar or vector, inline. `declare(name, ret, args)` gives an
-    intrinsic's declaration."""
+    intrinsic's declaration. `fast` (fast math): a polynomial of one degree less and no
+    edge selects — the clamp still gives +inf above the range and +0 below it, but NaN
+    becomes +0 and the error grows to a few ulp."""
     t = x.type
     it = _int_type(t)
 
@@ -84,8 +86,9 @@ def exp_f32(b: ir.IRBuilder, x: ir.Value, declare) -> ir.Value:
     nf = b.call(rint, [b.fmul(xc, c(LOG2E))])
     r = b.call(fma, [nf, c(-LN2_HI), xc])                  # exact: n * LN2_HI has 8 bits
     r = b.call(fma, [nf, c(-LN2_LO), r])
-    p = c(POLY[0])
-    for k in POLY[1:]:
+    coeffs = POLY[1:] if fast else POLY
+    p = c(coeffs[0])
+    for k in coeffs[1:]:
         p = b.call(fma, [p, r, c(k)])
     y = b.fadd(b.call(fma, [b.fmul(p, r), r, r]), c(1.0))
     n = b.fptosi(nf, it)
@@ -96,6 +99,8 @@ def exp_f32(b: ir.IRBuilder, x: ir.Value, declare) -> ir.Value:
         return b.bitcast(b.shl(b.add(k, ci(127)), ci(23)), t)
 
     y = b.fmul(b.fmul(y, pow2(n1)), pow2(n2))
+    if fast:
+        return y
     y = b.select(b.fcmp_ordered(">", x, c(OVERFLOW)), c(float("inf")), y)
     y = b.select(b.fcmp_ordered("<", x, c(UNDERFLOW)), c(0.0), y)
     return b.select(b.fcmp_unordered("uno", x, x), x, y)
@@ -142,7 +147,7 @@ class _Math:
         return p
 
 
-def log_f32(b: ir.IRBuilder, x: ir.Value, declare) -> ir.Value:
+def log_f32(b: ir.IRBuilder, x: ir.Value, declare, fast: bool = False) -> ir.Value:
     """Natural log of a float32 scalar or vector, inline (see the module's docstring)."""
     m_ = _Math(b, x.type, declare)
     c, ci = m_.c, m_.ci
@@ -166,7 +171,7 @@ def log_f32(b: ir.IRBuilder, x: ir.Value, declare) -> ir.Value:
     return b.select(b.fcmp_unordered("<", x, c(0.0)), c(float("nan")), r)  # x < 0 or NaN
 
 
-def tanh_f32(b: ir.IRBuilder, x: ir.Value, declare) -> ir.Value:
+def tanh_f32(b: ir.IRBuilder, x: ir.Value, declare, fast: bool = False) -> ir.Value:
     """tanh of a float32 scalar or vector, inline (see the module's docstring)."""
     m_ = _Math(b, x.type, declare)
     c = m_.c
@@ -180,7 +185,7 @@ def tanh_f32(b: ir.IRBuilder, x: ir.Value, declare) -> ir.Value:
     return b.select(b.fcmp_unordered("ueq", x, c(0.0)), x, r)     # NaN, and the sign of 0
 
 
-def erf_f32(b: ir.IRBuilder, x: ir.Value, declare) -> ir.Value:
+def erf_f32(b: ir.IRBuilder, x: ir.Value, declare, fast: bool = False) -> ir.Value:
     """erf of a float32 scalar or vector, inline (see the module's docstring)."""
     m_ = _Math(b, x.type, declare)
     c = m_.c
