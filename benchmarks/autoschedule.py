@@ -8,7 +8,14 @@ written here for the others — and the declared loop nest. Printed: millisecond
 auto/hand ratio, the tuning time, and the Spearman correlation between the cost model's
 predictions and the measured times of the candidates.
 
+With `--halide-python PY` (an interpreter with the `halide` wheel), Halide's Mullapudi2016
+and Adams2019 autoschedulers run the operators that benchmarks/halide_autoschedule.py
+defines (the matmuls, the column sum, the transposed copy, the blur), each in its own
+process: a plugin that crashes (Mullapudi2016 and Adams2019 on the column sum, here) is a
+blank cell, not a failed run.
+
 Usage: python benchmarks/autoschedule.py [--budget 30] [--quick] [--ops matmul,blur,...]
+       [--halide-python PY]
 """
 
 from __future__ import annotations
@@ -200,11 +207,32 @@ def run_one(name, make, budget: float) -> dict:
             "candidates": len(s.auto.candidates)}
 
 
+def halide(py: str, name: str, quick: bool) -> dict:
+    """{scheduler: ms} for one operator from Halide's autoschedulers (empty when the
+    operator has no Halide version or the process fails)."""
+    import json
+    import pathlib
+    import subprocess
+
+    helper = pathlib.Path(__file__).with_name("halide_autoschedule.py")
+    cmd = [py, str(helper), "--ops", name] + (["--quick"] if quick else [])
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    if res.returncode != 0 or not res.stdout.strip():
+        return {}
+    return {k: v for k, v in json.loads(res.stdout.strip().splitlines()[-1]).get(
+        name, {}).items() if isinstance(v, (int, float))}
+
+
 def main(argv=None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budget", type=float, default=30.0, help="tuning seconds per operator")
     ap.add_argument("--quick", action="store_true", help="tiny sizes and budgets (CI)")
     ap.add_argument("--ops", default="", help="comma-separated substrings of operator names")
+    ap.add_argument("--halide-python", default=None,
+                    help="an interpreter with the halide wheel, for its autoschedulers")
     a = ap.parse_args(argv)
     ops = operators(a.quick)
     want = [w for w in a.ops.split(",") if w]
@@ -214,15 +242,18 @@ def main(argv=None) -> list[dict]:
             continue
         rows.append(run_one(name, make, 2.0 if a.quick else a.budget))
         r = rows[-1]
+        r["halide"] = halide(a.halide_python, name, a.quick) if a.halide_python else {}
         print(f"  {name}: auto {r['auto_ms']:.3f} ms, hand {r['hand_ms']:.3f} ms", flush=True)
-    print("| operator | declared ms | hand ms | auto ms | auto / hand speed | tuning s | "
-          "candidates | Spearman rho |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| operator | declared ms | hand ms | auto ms | auto / hand speed | Halide "
+          "Mullapudi2016 ms | Halide Adams2019 ms | tuning s | candidates | Spearman rho |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         rho = "—" if r["rho"] is None else f"{r['rho']:.2f}"
+        hal = [r["halide"].get(k) for k in ("Mullapudi2016", "Adams2019")]
+        hal_s = ["—" if v is None else f"{v:.3f}" for v in hal]
         print(f"| {r['op']} | {r['naive_ms']:.3f} | {r['hand_ms']:.3f} | {r['auto_ms']:.3f} | "
-              f"{r['hand_ms'] / r['auto_ms']:.2f} | {r['tune_s']:.0f} | {r['candidates']} | "
-              f"{rho} |")
+              f"{r['hand_ms'] / r['auto_ms']:.2f} | {hal_s[0]} | {hal_s[1]} | "
+              f"{r['tune_s']:.0f} | {r['candidates']} | {rho} |")
     return rows
 
 

@@ -12,14 +12,19 @@ from .ops import OPS
 
 _names = itertools.count(1)
 _FLOATS = ("float32", "float64")
+_DTYPES = _FLOATS + ("int64",)      # int64: forward graphs (no gradients), numpy's rules
+# ops whose result is floating point for integer inputs, as numpy's (true division, means)
+FLOAT_RESULT = frozenset({"exp", "log", "sin", "cos", "tanh", "sqrt", "sigmoid", "div",
+                          "mean", "softmax", "log_softmax", "power", "avg_pool2d"})
 
 
 def Variable(name: str, shape=None, dtype: str = "float32") -> Node:  # noqa: N802
     """An input fed at run time; shape None takes the fed array's shape."""
     if not isinstance(name, str) or not name:
         raise GraphError(f"Variable: name must be a non-empty string, got {name!r}")
-    if str(np.dtype(dtype)) not in _FLOATS:
-        raise GraphError(f"Variable {name}: dtype must be float32 or float64, got {dtype}")
+    if str(np.dtype(dtype)) not in _DTYPES:
+        raise GraphError(f"Variable {name}: dtype must be float32, float64 or int64, got "
+                         f"{dtype}")
     if shape is not None:
         try:
             shape = tuple(int(s) for s in shape)
@@ -36,10 +41,10 @@ def constant(value, dtype: str | None = None, name: str | None = None) -> Node:
     `dtype` says otherwise)."""
     arr = np.asarray(value)
     if dtype is None:
-        dtype = arr.dtype if arr.dtype.name in _FLOATS else "float32"
+        dtype = arr.dtype if arr.dtype.name in _DTYPES else "float32"
+    if str(np.dtype(dtype)) not in _DTYPES:
+        raise GraphError(f"constant: dtype must be float32, float64 or int64, got {dtype}")
     arr = arr.astype(dtype)
-    if str(arr.dtype) not in _FLOATS:
-        raise GraphError(f"constant: dtype must be float32 or float64, got {arr.dtype}")
     label = name or f"const_{next(_names)}"
     return Node("constant", (), {"value": ConstValue(arr)}, arr.shape, str(arr.dtype), label)
 
@@ -48,7 +53,10 @@ def _as_node(x, like: Node | None) -> Node:
     if isinstance(x, Node):
         return x
     if isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool):
-        return constant(x, like.dtype if like is not None else "float32")
+        dtype = like.dtype if like is not None else "float32"
+        if isinstance(x, (float, np.floating)) and dtype == "int64":
+            dtype = "float64"           # int64 array * 0.5 is float64, as numpy's
+        return constant(x, dtype)
     if isinstance(x, np.ndarray):
         return constant(x)
     raise GraphError(f"expected a graph node, a number or a numpy array, got {type(x).__name__}")
@@ -67,6 +75,8 @@ def make(op: str, inputs, **attrs) -> Node:
         except ValueError as e:
             raise GraphError(f"{op}: {e} (input shapes {', '.join(map(str, shapes))})") from None
     dtype = np.result_type(*[n.dtype for n in nodes]).name if nodes else "float32"
+    if op in FLOAT_RESULT and np.dtype(dtype).kind in "iu":
+        dtype = "float64"
     return Node(op, nodes, attrs, shape, dtype, f"{op}_{next(_names)}")
 
 

@@ -11,6 +11,9 @@ def _check(nodes, what: str) -> list[Node]:
     for n in nodes:
         if not isinstance(n, Node):
             raise GraphError(f"{what}: expected graph nodes, got {n!r}")
+        if n.dtype not in ("float32", "float64"):
+            raise GraphError(f"{what}: {n.name} is {n.dtype}; derivatives need float32 or "
+                             "float64 nodes")
     return nodes
 
 

@@ -110,7 +110,8 @@ def compile_op(op: str, attrs: tuple, shapes: tuple, dtypes: tuple):
                          shapes, dtypes)
 
 
-def compile_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "llvm"):
+def compile_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "llvm",
+                  schedules: str = "default"):
     """The kernel of a fused group for concrete input shapes and dtypes, and the inputs it
     reads (cached).
 
@@ -120,11 +121,11 @@ def compile_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "l
     heads the group with the rest as its epilogue, and a group whose reductions or per-row
     values stay stages is scheduled row by row (kind "rows", `cpu_schedules`).
     """
-    key = (members, shapes, dtypes, target)
+    key = (members, shapes, dtypes, target, schedules)
     hit = _KERNELS.get(key)
     if hit is not None:
         return hit
-    s, ins, out = schedule_group(members, shapes, dtypes, target)
+    s, ins, out = schedule_group(members, shapes, dtypes, target, schedules)
     read = {id(t.op) for t in s.placeholders}
     used = tuple(k for k, t in enumerate(ins) if id(t.op) in read)  # "like" inputs: shape only
     name = "graph_" + "_".join(dict.fromkeys(m[0] for m in members))[:48]
@@ -133,9 +134,13 @@ def compile_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "l
     return mod, used
 
 
-def schedule_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "llvm"):
+def schedule_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "llvm",
+                   schedules: str = "default"):
     """The default schedule of a fused group (see `compile_group`), before building:
-    (schedule, input placeholders, output tensor)."""
+    (schedule, input placeholders, output tensor). `schedules="auto"` (CPU): the
+    auto-scheduler's instead, through the tuning log (TL_TUNE_LOG, default
+    ~/.cache/tensorlang/tuning.jsonl) with TL_TUNE_BUDGET seconds (default 10) per new
+    kernel."""
     ins = [tl.placeholder(s, d, name=f"in{k}") for k, (s, d) in enumerate(zip(shapes, dtypes))]
     tensors, tshapes, kinds = [], [], []
     for op, attrs, operands in members:
@@ -159,9 +164,29 @@ def schedule_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "
     kind = anchor_kind if anchor is not None else "rows" if kept else kinds[-1]
     if target in GPU_TARGETS:
         s = gpu_schedule(out, kind, fresh, anchor)
+    elif schedules == "auto":
+        s = tl.auto_schedule(out, target=target, budget_s=_auto_budget(), log=_auto_log())
     else:
         s = default_schedule(out, kind, _work(tshapes[-1], shapes), fresh, anchor)
     return s, ins, out
+
+
+def _auto_budget() -> float:
+    import os
+
+    return float(os.environ.get("TL_TUNE_BUDGET", 10.0))
+
+
+def _auto_log() -> str:
+    import os
+    import pathlib
+
+    path = os.environ.get("TL_TUNE_LOG")
+    if path:
+        return path
+    p = pathlib.Path.home() / ".cache" / "tensorlang" / "tuning.jsonl"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    return str(p)
 
 
 @dataclass
@@ -230,7 +255,8 @@ def default_schedules(nodes, target: str = "llvm") -> list[tuple[tuple, tl.Sched
 
 
 class _Plan:
-    def __init__(self, order, shapes, dtypes, outputs, fused=True, target="llvm"):
+    def __init__(self, order, shapes, dtypes, outputs, fused=True, target="llvm",
+                 schedules="default"):
         self.target = target
         self.steps: list[_Step] = []
         self.slot_of: dict[int, int] = {}
@@ -258,7 +284,8 @@ class _Plan:
             members = _members(g, ins)
             try:
                 kernel, used = compile_group(members, tuple(shapes[i.id] for i in ins),
-                                             tuple(dtypes[i.id] for i in ins), target)
+                                             tuple(dtypes[i.id] for i in ins), target,
+                                             schedules)
             except tl.TensorlangError as e:
                 raise GraphError(f"node {n.name} ({n.op}): cannot compile: {e}") from e
             step = _Step(g, kernel, [self.slot_of[ins[k].id] for k in used], slot)
@@ -332,11 +359,18 @@ class Executor:
     """Compiles and runs the graph that computes `nodes`; `run(feed_dict)` returns their
     values (numpy arrays) in order. The nodes run in fused groups (`graph/fusion.py`;
     `kernels` lists them after a run); `fuse=False` runs one kernel per node instead,
-    the baseline that `benchmarks/graph_opt.py` compares against."""
+    the baseline that `benchmarks/graph_opt.py` compares against. `schedules="auto"` takes
+    each kernel's schedule from `tl.auto_schedule` (through the tuning log) instead of the
+    hand-written defaults (CPU targets)."""
 
-    def __init__(self, nodes, target: str = "llvm", fuse: bool = True):
+    def __init__(self, nodes, target: str = "llvm", fuse: bool = True,
+                 schedules: str = "default"):
         self.outputs = list(nodes) if isinstance(nodes, (list, tuple)) else [nodes]
         self.fuse = bool(fuse)      # False: one kernel per node (a baseline to compare)
+        if schedules not in ("default", "auto"):
+            raise GraphError(f"Executor: schedules must be 'default' or 'auto', got "
+                             f"{schedules!r}")
+        self.schedules = schedules
         if not self.outputs:
             raise GraphError("Executor: expected at least one node")
         if target not in GPU_TARGETS and not str(target).startswith("llvm"):
@@ -391,7 +425,7 @@ class Executor:
         shapes, dtypes = _infer(self.order, {i: (tuple(v.shape), str(v.dtype))
                                              for i, v in feeds.items()})
         return _Plan(self.order, shapes, dtypes, self.outputs, self.fuse,
-                     self.target if self.target in GPU_TARGETS else "llvm")
+                     self.target if self.target in GPU_TARGETS else "llvm", self.schedules)
 
     def run(self, feed_dict, out=None) -> list[np.ndarray]:
         """The outputs' values for the fed Variables. Each is a fresh array, or, with `out`

@@ -13,14 +13,15 @@ Every default rule is exact in IEEE arithmetic, for every input including ±0, �
   the op; results up to `FOLD_MAX_ELEMENTS` elements, so that a broadcast is not
   materialised).
 - `algebra`: x * 1, x / 1, x ** 1, x - (+0.0), x + (-0.0) → x (same shape and dtype only:
-  a neutral element that broadcasts x is kept); -(-x) → x; relu(relu(x)) → relu(x);
-  x + x → 2 * x and 2 * x + x → 3 * x (exact: doubling is exact, and 3x is rounded once
-  either way); transpose of transpose → one transpose (or none); reshape of reshape → one reshape;
+  a neutral element that broadcasts x is kept); for int64 also x + 0 → x and the absorbing
+  x * 0 → zeros_like(x); -(-x) → x; relu(relu(x)) → relu(x); x + x → 2 * x and
+  2 * x + x → 3 * x (exact: doubling is exact, and 3x is rounded once either way);
+  transpose of transpose → one transpose (or none); reshape of reshape → one reshape;
   matmul(transpose(a), b) → matmul(a, b, ta=True) (the same products summed in the same
   order); broadcast minimisation (an elementwise op of broadcast values runs before the
-  broadcast: exp(broadcast_to(x)) → broadcast_to(exp(x))). Not done, because they are not
-  exact: x + 0.0 → x (-0.0 + 0.0 is +0.0) and x * 0 → 0 (inf * 0 and NaN * 0 are NaN;
-  the graph layer has no integer dtypes, where it would hold).
+  broadcast: exp(broadcast_to(x)) → broadcast_to(exp(x))). Not done for floats, because
+  they are not exact there: x + 0.0 → x (-0.0 + 0.0 is +0.0) and x * 0 → 0 (inf * 0 and
+  NaN * 0 are NaN).
 - `cse`: nodes with the same op, inputs and attributes (constants: the same bytes; default
   attributes spelled out: sum(x) of a matrix is sum(x, axis=(0, 1))) are one. There are no
   random or impure ops in the graph layer to keep apart.
@@ -122,10 +123,15 @@ def rule_neutral_element(n: Node) -> Node | None:
         return a
     if n.op == "sub" and _all(b, 0.0) and _same_type(a, n):
         return a                                     # x - (+0.0) == x, -0.0 included
+    integer = np.dtype(n.dtype).kind in "iu"
     if n.op == "add":
         for x, c in ((a, b), (b, a)):
-            if _all(c, -0.0) and _same_type(x, n):
-                return x                             # x + (-0.0) == x; not x + (+0.0)
+            if (_all(c, -0.0) or integer and _all(c, 0)) and _same_type(x, n):
+                return x                 # x + (-0.0) == x; not x + (+0.0) unless integers
+    if n.op == "mul" and integer:        # absorbing: x * 0 == 0 for integers only
+        for x, c in ((a, b), (b, a)):
+            if _all(c, 0) and n.shape is not None and _const(x) is None:
+                return _make("zeros_like", (x,), n) if _same_type(x, n) else None
     return None
 
 

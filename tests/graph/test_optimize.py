@@ -334,3 +334,71 @@ def test_common_factor_hoisting_is_opt_in():
     np.testing.assert_allclose(G.Executor([h]).run(feed)[0], G.Executor([g]).run(feed)[0],
                                rtol=1e-12)
     assert G.optimize(a / b + c / b, passes=["factor"]).op == "add"   # never a division
+
+
+# ------------------------------------------------------------ integer (int64) graphs
+INT_SPECIAL = np.array([0, 1, -1, 2, 7, -9, 2 ** 40, -(2 ** 62)], dtype=np.int64)
+
+
+@st.composite
+def int_graphs(draw):
+    """Random int64 graphs over two variables and integer constants (0, 1, -1, ...)."""
+    xs = [G.Variable("ip", (3, 3), "int64"), G.Variable("iq", (3, 3), "int64")]
+    pool = list(xs)
+    for _ in range(draw(st.integers(1, 8))):
+        op = draw(st.sampled_from(["add", "sub", "mul", "neg", "relu", "transpose",
+                                   "broadcast_to"]))
+        a = draw(st.sampled_from(pool))
+        if op in ("neg", "relu"):
+            pool.append(G.make(op, (a,)))
+        elif op == "transpose":
+            pool.append(G.transpose(a) if len(a.shape) == 2 else G.neg(a))
+        elif op == "broadcast_to":
+            pool.append(G.broadcast_to(a, (2, 3, 3)))
+        else:
+            if draw(st.booleans()):
+                b = draw(st.sampled_from(pool))
+            else:
+                b = G.constant(np.int64(draw(st.sampled_from(list(INT_SPECIAL)))), "int64")
+            pool.append(G.make(op, (a, b) if draw(st.booleans()) else (b, a)))
+    return pool[-1]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(int_graphs(), st.integers(0, 2 ** 31))
+def test_random_int64_graphs_keep_their_values(out, seed):
+    rng = np.random.default_rng(seed)
+    feed = {"ip": rng.choice(INT_SPECIAL, (3, 3)), "iq": rng.choice(INT_SPECIAL, (3, 3))}
+    new = G.optimize([out])
+    want = evaluate([out], feed)[0]
+    assert np.array_equal(evaluate(new, feed)[0], want)   # wrapping arithmetic, as numpy
+    got = G.Executor(new).run({v: feed[v.name] for v in topological_order(new)
+                               if v.op == "variable"})[0]
+    assert got.dtype == np.int64 and np.array_equal(got, want)
+
+
+def test_integer_identities_and_absorbing_zero():
+    x = G.Variable("ix", (4,), "int64")
+    assert G.optimize(x + 0) is x and G.optimize(0 + x) is x
+    z = G.optimize(x * 0)
+    assert z.op == "zeros_like" and z.dtype == "int64"
+    xf = G.Variable("fx", (4,), "float32")
+    assert G.optimize(xf * 0.0).op == "mul" and G.optimize(xf + 0.0).op == "add"
+    v = np.array([3, -5, 2 ** 40, 0], np.int64)
+    np.testing.assert_array_equal(G.Executor([z]).run({x: v})[0], np.zeros(4, np.int64))
+
+
+def test_int64_graphs_follow_numpy_types():
+    a, b = G.Variable("ia", (5, 7), "int64"), G.Variable("ib", (7, 3), "int64")
+    av = np.arange(35, dtype=np.int64).reshape(5, 7) - 17
+    bv = np.arange(21, dtype=np.int64).reshape(7, 3) % 5 - 2
+    outs = [a @ b, G.sum(a, axis=0), G.max(a, axis=1), G.relu(a), G.exp(a / 40), a * 0.5,
+            G.mean(a)]
+    got = G.Executor(outs).run({a: av, b: bv})
+    want = [av @ bv, av.sum(0), av.max(1), np.maximum(av, 0), np.exp(av / 40), av * 0.5,
+            av.mean()]
+    for g, w, n in zip(got, want, outs):
+        assert g.dtype == w.dtype == np.dtype(n.dtype), (n, g.dtype, w.dtype)
+        np.testing.assert_allclose(g, w, rtol=1e-12)
+    with pytest.raises(G.GraphError, match="derivatives need float"):
+        G.gradients(G.sum(a), [a])

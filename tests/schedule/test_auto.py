@@ -162,3 +162,19 @@ def test_tune_command_fills_a_log(tmp_path):
     log = tmp_path / "t.jsonl"
     assert main(["tune", str(script), "--log", str(log), "--budget", "4"]) == 0
     assert len(log.read_text().splitlines()) == 1
+
+
+def test_executor_takes_auto_schedules_through_the_log(tmp_path, monkeypatch):
+    import tensorlang.graph as G
+
+    monkeypatch.setenv("TL_TUNE_LOG", str(tmp_path / "ex.jsonl"))
+    monkeypatch.setenv("TL_TUNE_BUDGET", "2")
+    x, w = G.Variable("x", (24, 40)), G.Variable("w", (40, 33))
+    y = G.relu(x @ w)
+    xv = np.random.default_rng(0).standard_normal((24, 40)).astype("f4")
+    wv = np.random.default_rng(1).standard_normal((40, 33)).astype("f4")
+    (got,) = G.Executor([y], schedules="auto").run({x: xv, w: wv})
+    np.testing.assert_allclose(got, np.maximum(xv @ wv, 0), rtol=1e-4, atol=1e-4)
+    assert len((tmp_path / "ex.jsonl").read_text().splitlines()) >= 1
+    with pytest.raises(G.GraphError, match="schedules"):
+        G.Executor([y], schedules="fast")
