@@ -222,7 +222,7 @@ def layer_norm(x, eps: float = 1e-5):
     m = mean(x, axis=-1, keepdims=True)
     d = x - m
     v = mean(d * d, axis=-1, keepdims=True)
-    return d / sqrt(v + eps)
+    return d * (1.0 / sqrt(v + eps))       # one division per row, a product per element
 
 
 def batch_norm(x, gamma, beta, running_mean, running_var, eps: float = 1e-5):

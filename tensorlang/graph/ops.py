@@ -508,10 +508,13 @@ def _softmax_te(log):
             y = tl.compute(shp, lambda *i: x[i] - m[at(i)] - tl.log(z[at(i)]), name="out")
         else:
             # the exponentials are a stage of their own: the CPU schedule keeps a row of
-            # them (computed once, read by the sum and the quotient); the GPU's inlines it
+            # them (computed once, read by the sum and the quotient); the GPU's inlines it.
+            # The quotient is a product by the row's reciprocal (one division per row; the
+            # result differs from e / z by at most an ulp)
             e = tl.compute(shp, lambda *i: tl.exp(x[i] - m[at(i)]), name="e")
             z = tl.compute(red, lambda *i: tl.sum(e[along(r2)(*i)], axis=r2), name="z")
-            y = tl.compute(shp, lambda *i: e[i] / z[at(i)], name="out")
+            rz = tl.compute(red, lambda *i: 1.0 / z[i], name="rz")   # one division per row
+            y = tl.compute(shp, lambda *i: e[i] * rz[at(i)], name="out")
         return y, "softmax"
     return te
 
