@@ -97,6 +97,27 @@ def tvm_matmul(a, b, c, bm=8, bn=32):
     return _tvm_run(sch, [a, b, c], c)
 
 
+def _tvm_rows(sch, reductions, attach, vec):
+    """Row reductions (block names) rfactored into `vec` vector lanes; the blocks in
+    `attach` (names, or indexes of the rfactored blocks; readers first) computed at the
+    output Y's row loop, which runs in parallel, Y's columns in vectors."""
+    rfs = []
+    for name in reductions:
+        _, k = sch.get_loops(sch.get_sblock(name))
+        _, ki = sch.split(k, [None, vec])
+        rfs.append(sch.rfactor(ki, 0))
+    i, j = sch.get_loops(sch.get_sblock("Y"))
+    for blk in attach:                   # each block's consumers are under i already
+        sch.compute_at(rfs[blk] if isinstance(blk, int) else sch.get_sblock(blk), i)
+    sch.parallel(i)
+    sch.vectorize(sch.split(j, [None, vec])[1])
+    for rf in rfs:
+        lp = sch.get_loops(rf)
+        sch.reorder(lp[-1], lp[-2])
+        sch.vectorize(lp[-2])
+        sch.decompose_reduction(rf, lp[-1])
+
+
 def tvm_softmax(x, y, vec=16):
     """Row softmax as TVM's topi writes it (max, exponentials, their sum, the quotient),
     scheduled as a TVM user would on a CPU: both reductions rfactored into vector lanes,
@@ -111,24 +132,28 @@ def tvm_softmax(x, y, vec=16):
     sm = te.compute((m,), lambda i: te.sum(ex[i, k2], axis=k2), name="sm")
     Y = te.compute((m, n), lambda i, j: ex[i, j] / sm[i], name="Y")
     sch = s_tir.Schedule(te.create_prim_func([X, Y]))
-    rfs = []
-    for name in ("mx", "sm"):
-        _, k = sch.get_loops(sch.get_sblock(name))
-        _, ki = sch.split(k, [None, vec])
-        rfs.append(sch.rfactor(ki, 0))
-    i, j = sch.get_loops(sch.get_sblock("Y"))
-    for blk in (sch.get_sblock("sm"), rfs[1], sch.get_sblock("ex"), sch.get_sblock("mx"),
-                rfs[0]):                 # each block's consumers are under i already
-        sch.compute_at(blk, i)
-    sch.parallel(i)
-    sch.vectorize(sch.split(j, [None, vec])[1])
+    _tvm_rows(sch, ("mx", "sm"), ("sm", 1, "ex", "mx", 0), vec)
     sch.vectorize(sch.split(sch.get_loops(sch.get_sblock("ex"))[-1], [None, vec])[1])
-    for rf in rfs:
-        lp = sch.get_loops(rf)
-        sch.reorder(lp[-1], lp[-2])
-        sch.vectorize(lp[-2])
-        sch.decompose_reduction(rf, lp[-1])
     return _tvm_run(sch, [x, y], y)
+
+
+def _halide_rows(Y, reductions, X, x, y, r, loops, vec):
+    """The per-row reductions computed at Y's row loop, each over vector partials
+    (rfactor), then Y compiled and bound to the arrays: (fn, None)."""
+    import halide as hl
+
+    i, j, ii, u = loops
+    m, n = x.shape
+    for f in reductions:
+        f.compute_at(Y, ii)
+        ro, ri = hl.RVar("ro"), hl.RVar("ri")
+        inter = f.update().split(r.x, ro, ri, vec).rfactor(ri, u)
+        inter.compute_at(Y, ii).vectorize(u, vec).update().vectorize(u, vec)
+    Y.bound(j, 0, n).bound(i, 0, m)
+    Y.compile_jit(hl.get_jit_target_from_environment())
+    X.set(hl.Buffer(x))
+    ob = hl.Buffer(y)
+    return (lambda: Y.realize(ob)), None
 
 
 def halide_softmax(x, y, vec=16, rows=64):
@@ -149,16 +174,7 @@ def halide_softmax(x, y, vec=16, rows=64):
     Y[j, i] = ex[j, i] / sm[i]
     Y.split(i, io, ii, min(rows, m)).parallel(io).vectorize(j, vec)
     ex.compute_at(Y, ii).vectorize(j, vec)
-    for f in (mx, sm):
-        f.compute_at(Y, ii)
-        ro, ri = hl.RVar("ro"), hl.RVar("ri")
-        inter = f.update().split(r.x, ro, ri, vec).rfactor(ri, u)
-        inter.compute_at(Y, ii).vectorize(u, vec).update().vectorize(u, vec)
-    Y.bound(j, 0, n).bound(i, 0, m)
-    Y.compile_jit(hl.get_jit_target_from_environment())
-    X.set(hl.Buffer(x))
-    ob = hl.Buffer(y)
-    return (lambda: Y.realize(ob)), None
+    return _halide_rows(Y, (mx, sm), X, x, y, r, (i, j, ii, u), vec)
 
 
 def tvm_layer_norm(x, y, vec=16, eps=1e-5):
@@ -176,21 +192,7 @@ def tvm_layer_norm(x, y, vec=16, eps=1e-5):
     Y = te.compute((m, n), lambda i, j: (X[i, j] - s1[i] / n) / te.sqrt(s2[i] / n + eps),
                    name="Y")
     sch = s_tir.Schedule(te.create_prim_func([X, Y]))
-    rfs = []
-    for name in ("s1", "s2"):
-        _, k = sch.get_loops(sch.get_sblock(name))
-        _, ki = sch.split(k, [None, vec])
-        rfs.append(sch.rfactor(ki, 0))
-    i, j = sch.get_loops(sch.get_sblock("Y"))
-    for blk in (sch.get_sblock("s2"), rfs[1], sch.get_sblock("s1"), rfs[0]):
-        sch.compute_at(blk, i)
-    sch.parallel(i)
-    sch.vectorize(sch.split(j, [None, vec])[1])
-    for rf in rfs:
-        lp = sch.get_loops(rf)
-        sch.reorder(lp[-1], lp[-2])
-        sch.vectorize(lp[-2])
-        sch.decompose_reduction(rf, lp[-1])
+    _tvm_rows(sch, ("s1", "s2"), ("s2", 1, "s1", 0), vec)
     return _tvm_run(sch, [x, y], y)
 
 
@@ -210,16 +212,7 @@ def halide_layer_norm(x, y, vec=16, rows=64, eps=1e-5):
     s2[i] += (X[r.x, i] - s1[i] / n) * (X[r.x, i] - s1[i] / n)
     Y[j, i] = (X[j, i] - s1[i] / n) / hl.sqrt(s2[i] / n + hl.f32(eps))
     Y.split(i, io, ii, min(rows, m)).parallel(io).vectorize(j, vec)
-    for f in (s1, s2):
-        f.compute_at(Y, ii)
-        ro, ri = hl.RVar("ro"), hl.RVar("ri")
-        inter = f.update().split(r.x, ro, ri, vec).rfactor(ri, u)
-        inter.compute_at(Y, ii).vectorize(u, vec).update().vectorize(u, vec)
-    Y.bound(j, 0, n).bound(i, 0, m)
-    Y.compile_jit(hl.get_jit_target_from_environment())
-    X.set(hl.Buffer(x))
-    ob = hl.Buffer(y)
-    return (lambda: Y.realize(ob)), None
+    return _halide_rows(Y, (s1, s2), X, x, y, r, (i, j, ii, u), vec)
 
 
 def tvm_conv2d(x, w, y, kt=4, vec=16, nv=4):

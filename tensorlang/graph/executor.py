@@ -232,21 +232,28 @@ def _infer(order, fed: dict[int, tuple]) -> tuple[dict, dict]:
     return shapes, dtypes
 
 
-def default_schedules(nodes, target: str = "llvm") -> list[tuple[tuple, tl.Schedule]]:
-    """The executor's kernels for `nodes`, scheduled but not built: a list of (the
-    group's nodes, its schedule), in launch order. Every Variable needs a declared shape.
-    Shows which schedule each group gets (`TL_STRICT=1` makes a refusal an error)."""
-    nodes = list(nodes) if isinstance(nodes, (list, tuple)) else [nodes]
+def declared_groups(nodes: list, what: str, target: str = "llvm"):
+    """(shapes, dtypes, fused groups) of a graph whose Variables all declare their shapes
+    (no feeds needed); `what` names the caller in the error for one that does not."""
     order = topological_order(nodes)
     fed = {}
     for n in order:
         if n.op == "variable":
             if n.shape is None:
-                raise GraphError(f"default_schedules: Variable {n.name} has no declared shape")
+                raise GraphError(f"{what}: Variable {n.name} has no declared shape")
             fed[n.id] = (tuple(n.shape), n.dtype)
     shapes, dtypes = _infer(order, fed)
+    return shapes, dtypes, fuse(order, shapes, dtypes, nodes, target)
+
+
+def default_schedules(nodes, target: str = "llvm") -> list[tuple[tuple, tl.Schedule]]:
+    """The executor's kernels for `nodes`, scheduled but not built: a list of (the
+    group's nodes, its schedule), in launch order. Every Variable needs a declared shape.
+    Shows which schedule each group gets (`TL_STRICT=1` makes a refusal an error)."""
+    nodes = list(nodes) if isinstance(nodes, (list, tuple)) else [nodes]
+    shapes, dtypes, groups = declared_groups(nodes, "default_schedules", target)
     out = []
-    for g in fuse(order, shapes, dtypes, nodes, target):
+    for g in groups:
         ins = _Plan._inputs(g)
         s, _, _ = schedule_group(_members(g, ins), tuple(shapes[i.id] for i in ins),
                                  tuple(dtypes[i.id] for i in ins), target)

@@ -230,19 +230,11 @@ class CostModel:
 
     def cost(self, outputs: list[Node]) -> float:
         """Seconds per run of the graph: its kernels' measured times, summed."""
-        from .executor import _infer, _members, _Plan
-        from .fusion import fuse
+        from .executor import _members, _Plan, declared_groups
 
-        order = topological_order(outputs)
-        fed = {}
-        for n in order:
-            if n.op == "variable":
-                if n.shape is None:
-                    raise GraphError(f"search: Variable {n.name} needs a declared shape")
-                fed[n.id] = (tuple(n.shape), n.dtype)
-        shapes, dtypes = _infer(order, fed)
+        shapes, dtypes, groups = declared_groups(outputs, "search")
         total = 0.0
-        for g in fuse(order, shapes, dtypes, outputs):
+        for g in groups:
             ins = _Plan._inputs(g)
             total += self.kernel(_members(g, ins), tuple(shapes[i.id] for i in ins),
                                  tuple(dtypes[i.id] for i in ins))
