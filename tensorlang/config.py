@@ -6,6 +6,8 @@ TL_FP_CONTRACT=0 stops the LLVM backend from fusing a*b + c into one multiply-ad
 default allows it, as C compilers' -ffp-contract=on does within an expression).
 TL_FASTMATH=1 builds every LLVM kernel with fast math (`tl.build(..., fastmath=True)` does it
 for one kernel; see `fastmath`).
+TL_TUNE_LOG and TL_TUNE_BUDGET give tl.auto_schedule its default tuning log and seconds per
+operator (`tensorlang tune` sets them).
 TL_STRICT=1 turns a refused default schedule (the graph executor's, which then runs the
 declared loop nest, correct but up to 200x slower) into an error; the test suite sets it.
 """
@@ -58,6 +60,21 @@ def fastmath() -> bool:
     if v is not None:
         return v
     return os.environ.get("TL_FASTMATH", "0").strip() not in ("0", "off", "false", "no", "")
+
+
+def tune_log(default: str | None = None) -> str | None:
+    """The auto-scheduler's tuning log (TL_TUNE_LOG, set by `tensorlang tune`), else
+    `default`."""
+    return os.environ.get("TL_TUNE_LOG") or default
+
+
+def tune_budget(default: float) -> float:
+    """Seconds of search per operator (TL_TUNE_BUDGET, set by `tensorlang tune`)."""
+    v = os.environ.get("TL_TUNE_BUDGET", "").strip()
+    try:
+        return float(v) if v else default
+    except ValueError:
+        return default
 
 
 def strict() -> bool:

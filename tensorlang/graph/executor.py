@@ -17,6 +17,7 @@ import numpy as np
 import tensorlang as tl
 
 from ..errors import ScheduleError
+from ..config import tune_budget, tune_log
 from .cpu_schedules import default_schedule, register_tile  # noqa: F401 (the executor's API)
 from .fusion import ANCHORS, fuse, inline_members, reads_tensor
 from .node import GraphError, Node, topological_order
@@ -165,28 +166,19 @@ def schedule_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "
     if target in GPU_TARGETS:
         s = gpu_schedule(out, kind, fresh, anchor)
     elif schedules == "auto":
-        s = tl.auto_schedule(out, target=target, budget_s=_auto_budget(), log=_auto_log())
+        s = tl.auto_schedule(out, target=target, budget_s=tune_budget(10.0), log=_auto_log())
     else:
         s = default_schedule(out, kind, _work(tshapes[-1], shapes), fresh, anchor)
     return s, ins, out
 
 
-def _auto_budget() -> float:
-    import os
-
-    return float(os.environ.get("TL_TUNE_BUDGET", 10.0))
-
-
 def _auto_log() -> str:
-    import os
     import pathlib
 
-    path = os.environ.get("TL_TUNE_LOG")
-    if path:
-        return path
     p = pathlib.Path.home() / ".cache" / "tensorlang" / "tuning.jsonl"
-    p.parent.mkdir(parents=True, exist_ok=True)
-    return str(p)
+    if tune_log() is None:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    return tune_log(str(p))
 
 
 @dataclass

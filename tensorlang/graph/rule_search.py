@@ -204,8 +204,8 @@ class CostModel:
         mod, used = compile_group(members, shapes, dtypes)
         rng = np.random.default_rng(0)
         args = [rng.standard_normal(shapes[k]).astype(dtypes[k]) for k in used]
-        out_shape, out_dtype = _out_type(members, shapes, dtypes)
-        args.append(np.empty(out_shape, out_dtype))
+        out = mod.lowered.args[-1]                 # the group's output tensor
+        args.append(np.empty([int(x.value) for x in out.shape], str(out.dtype)))
         mod(*args)
         ptrs = [a.ctypes.data for a in args]
 
@@ -239,23 +239,6 @@ class CostModel:
             total += self.kernel(_members(g, ins), tuple(shapes[i.id] for i in ins),
                                  tuple(dtypes[i.id] for i in ins))
         return total
-
-
-def _out_type(members, shapes, dtypes):
-    import tensorlang as tl
-
-    from .ops import OPS
-
-    ins = [tl.placeholder(s, d, name=f"in{k}") for k, (s, d) in enumerate(zip(shapes, dtypes))]
-    tensors, tshapes = [], []
-    for op, attrs, operands in members:
-        kw = dict(attrs)
-        args = [ins[k] if src == "in" else tensors[k] for src, k in operands]
-        arg_shapes = [shapes[k] if src == "in" else tshapes[k] for src, k in operands]
-        out_shape = tuple(OPS[op].shape(*arg_shapes, **kw))
-        tensors.append(OPS[op].te(args, arg_shapes, out_shape, **kw)[0])
-        tshapes.append(out_shape)
-    return tshapes[-1], str(tensors[-1].dtype)
 
 
 # -------------------------------------------------------------------------------- search

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..config import debug_print
+from ..config import debug_print, tune_budget, tune_log
 from ..errors import ScheduleError, TensorlangError
 from ..ir.stmt import LoopKind
 from .schedule import Schedule, TraceEntry, create_schedule
@@ -463,7 +463,7 @@ def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=Non
     outs = _outputs(outputs)
     tgt = _target(target)
     if budget_s is None:
-        budget_s = float(os.environ.get("TL_TUNE_BUDGET", 30.0))
+        budget_s = tune_budget(30.0)
     if budget_s <= 0:
         raise TensorlangError(f"auto_schedule: budget_s must be > 0, got {budget_s}")
     for t in outs:
@@ -471,7 +471,7 @@ def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=Non
             raise NotImplementedError(f"auto_schedule: {t.name} has symbolic sizes; the "
                                       "search needs constant shapes (bind the tl.var sizes "
                                       "first)")
-    log = log or os.environ.get("TL_TUNE_LOG") or None
+    log = log or tune_log()
     key = program_key(outs, tgt)
     result = AutoResult(key, str(tgt))
     if log is not None:
