@@ -13,8 +13,6 @@ import time
 
 import numpy as np
 
-import tensorlang.graph as G
-
 B, N_IN, H, N_OUT, LR = 128, 784, 256, 10, 0.1
 
 
@@ -44,14 +42,22 @@ def numpy_step(x, y, w1, w2):
     return loss, w1 - LR * dw1, w2 - LR * dw2
 
 
-def mlp_step(batch: int):
-    """The step's graph at a batch size: (nodes [loss, W1', W2'], feed, (x, y, W1, W2) as
-    numpy arrays). Also used by benchmarks/gpu/mlp.py."""
+def mlp_data(batch: int):
+    """(x, y, W1, W2) as numpy arrays."""
     rng = np.random.default_rng(0)
     xv = rng.standard_normal((batch, N_IN)).astype("float32")
     yv = np.eye(N_OUT, dtype="float32")[rng.integers(0, N_OUT, batch)]
     w1v = (rng.standard_normal((N_IN, H)) * 0.05).astype("float32")
     w2v = (rng.standard_normal((H, N_OUT)) * 0.05).astype("float32")
+    return xv, yv, w1v, w2v
+
+
+def mlp_step(batch: int):
+    """The step's graph at a batch size: (nodes [loss, W1', W2'], feed, (x, y, W1, W2) as
+    numpy arrays). Also used by benchmarks/gpu/mlp.py."""
+    import tensorlang.graph as G     # here: `tensorlang bench` runs torch's step elsewhere
+
+    xv, yv, w1v, w2v = mlp_data(batch)
     x, y = G.Variable("x", (batch, N_IN)), G.Variable("y", (batch, N_OUT))
     w1, w2 = G.Variable("W1", (N_IN, H)), G.Variable("W2", (H, N_OUT))
     loss = G.softmax_cross_entropy(G.relu(x @ w1) @ w2, y)
@@ -77,11 +83,15 @@ def torch_step_fn(xv, yv, w1v, w2v):
 
 
 def bench_system(system: str, batch: int = B):
-    """(step function, check) of one system, for `tensorlang bench`."""
-    nodes, feed, (xv, yv, w1v, w2v) = mlp_step(batch)
+    """(step function, check) of one system, for `tensorlang bench` (tensorlang is imported
+    only for its own system: the others may run in an interpreter without it)."""
+    xv, yv, w1v, w2v = mlp_data(batch)
     want = numpy_step(xv, yv, w1v, w2v)
     out = {}
     if system == "tensorlang":
+        import tensorlang.graph as G
+
+        nodes, feed, _ = mlp_step(batch)
         ex = G.Executor(nodes)
 
         def fn():
@@ -109,6 +119,8 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     opts = p.parse_args()
     steps = opts.steps
+    import tensorlang.graph as G
+
     nodes, feed, (xv, yv, w1v, w2v) = mlp_step(B)
     ex = G.Executor(nodes)
     t0 = time.perf_counter()

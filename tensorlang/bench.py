@@ -1,7 +1,8 @@
 """`tensorlang bench`: the CPU kernels of the performance goals, each against its peers, in
 separate processes taken in turn, written as a Markdown table and a chart.
 
-Kernels (full size / `--quick` size): matmul 1024^3 and 127x781x253 (GFLOPS), the fused
+Kernels (full size / `--quick` size): matmul 512^3, 1000^3, 1024^3, 2048^3, 4096^3 and
+127x781x253 (GFLOPS), the fused
 elementwise E = D + (A+B)*C over 2^24 floats (GB/s: 4 reads and a write), softmax and layer
 norm over the rows of 4096 x 1024 (GB/s: a read and a write), conv2d 1x64x56x56 -> 64 with
 3x3 filters (GFLOPS), and one SGD step of benchmarks/graph_mlp.py's MLP (steps/s).
@@ -13,7 +14,8 @@ schedules in bench_peers.py (the structure their tutorials and apps teach: packe
 -blocked matmuls; rfactored row reductions computed per row; register-blocked direct
 convolution), into preallocated outputs; numpy and torch allocate their results as their
 users do. A peer that is not installed is left blank, and
-`--peer-python` names another interpreter for them (their wheels may want other numpy
+`--peer-python` names another interpreter for them (and for torch when it is not installed
+beside tensorlang) (their wheels may want other numpy
 versions than tensorlang's environment). Every system runs in a fresh process (one system's
 spinning thread pool cannot steal the next one's cores), each result is checked against
 numpy, and the figure is the best of `--rounds` rounds: the shared VMs this runs on slow a
@@ -323,11 +325,13 @@ class MlpStep(Kernel):
         return mod.bench_system(system, batch=16 if quick else mod.B)
 
 
+MATMULS = [Matmul(f"matmul {n}", n, n, n) for n in (512, 1000, 1024, 2048, 4096)] + [
+    Matmul("matmul 127x781x253", 127, 781, 253)]
 KERNELS = {k.name: k for k in (
-    Matmul("matmul 1024", 1024, 1024, 1024), Matmul("matmul 127x781x253", 127, 781, 253),
+    *MATMULS,
     Elementwise(), Rows("softmax rows", "softmax"), Rows("layer norm rows", "layer_norm"),
     Conv2d(), MlpStep())}
-SHORT = {"matmul": ["matmul 1024", "matmul 127x781x253"], "elementwise": ["E = D + (A+B)*C"],
+SHORT = {"matmul": [k.name for k in MATMULS], "elementwise": ["E = D + (A+B)*C"],
          "softmax": ["softmax rows"], "layer_norm": ["layer norm rows"],
          "conv2d": ["conv2d 3x3"], "mlp": ["MLP SGD step"]}
 
@@ -464,6 +468,12 @@ def worker(kernel: str, system: str, quick: bool) -> dict:
     return {"value": value}
 
 
+def _absent(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is None
+
+
 def _run_worker(kernel, system, quick, python, timeout) -> dict:
     # another interpreter (--peer-python) runs this file itself: tensorlang's own
     # dependencies need not be installed there
@@ -517,7 +527,8 @@ def run(out_dir: str, quick: bool = False, rounds: int = 3, kernels=None,
             for system in SYSTEMS:
                 if notes.get((n, system), "").startswith(("not installed", "no ")):
                     continue
-                python = peer_python if system in PEERS and peer_python else sys.executable
+                python = peer_python if peer_python and (system in PEERS or (
+                    system == "torch" and _absent("torch"))) else sys.executable
                 got = _run_worker(n, system, quick, python, 120 if quick else 600)
                 if "value" in got:
                     results.setdefault((n, system), []).append(got["value"])

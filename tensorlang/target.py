@@ -156,6 +156,31 @@ class Target:
             return 32
         return 16
 
+    @property
+    def cache_bytes(self) -> tuple[int, int, int]:
+        """Data cache sizes (L1, L2, last level) in bytes that one core's kernel can count
+        on: this machine's (from /sys) for the host, else typical sizes of the
+        architecture (x86-64: 32 KiB, 1 MiB, 32 MiB; AArch64: 64 KiB, 1 MiB, 8 MiB;
+        others: 32 KiB, 512 KiB, 4 MiB)."""
+        if self.is_host:
+            got = _host_caches()
+            if got is not None:
+                return got
+        if self.arch in _X86:
+            return (32 << 10, 1 << 20, 32 << 20)
+        if self.arch in ("aarch64", "arm64"):
+            return (64 << 10, 1 << 20, 8 << 20)
+        return (32 << 10, 512 << 10, 4 << 20)
+
+    @property
+    def cores(self) -> int:
+        """Cores a parallel loop can use: this process's CPUs for the host, 4 otherwise."""
+        if self.is_host:
+            from .config import num_threads
+
+            return max(1, num_threads())
+        return 4
+
     def vector_lanes(self, dtype="float32") -> int:
         """Lanes of `dtype` in one native vector (1 when the target has no vectors)."""
         from .ir.dtype import as_dtype
@@ -187,6 +212,39 @@ class Target:
     def __repr__(self) -> str:
         label = f"{self.name}: " if self.name != "custom" else ""
         return f"Target({label}{self})"
+
+
+_CACHES: list = []
+
+
+def _host_caches() -> tuple[int, int, int] | None:
+    """(L1 data, L2, last level) of cpu0 from /sys/devices/system/cpu, or None."""
+    if _CACHES:
+        return _CACHES[0]
+    import glob
+
+    sizes: dict[int, int] = {}
+    for d in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*"):
+        try:
+            with open(f"{d}/type") as f:
+                if f.read().strip() == "Instruction":
+                    continue
+            with open(f"{d}/level") as f:
+                level = int(f.read())
+            with open(f"{d}/size") as f:
+                text = f.read().strip()
+        except (OSError, ValueError):
+            continue
+        unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        try:
+            sizes[level] = int(text.rstrip("KMG")) * unit
+        except ValueError:
+            continue
+    got = None
+    if 1 in sizes and 2 in sizes:
+        got = (sizes[1], sizes[2], sizes.get(3, sizes[2]))
+    _CACHES.append(got)
+    return got
 
 
 def _arch(triple: str) -> str:

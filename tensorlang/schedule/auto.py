@@ -12,8 +12,9 @@ candidate is legal and an illegal schedule is never built or measured.
 
 A candidate is a trace (`Schedule.trace`, data: primitive names and arguments); it replays
 on a fresh schedule and prints as Python (`trace_text()`). The cost model predicts each
-candidate's time from its loop structure against the target's description (vector lanes,
-vector registers, cores: a cross target is scheduled without running anything); on the
+candidate's time (cost.py: instructions per register block and traffic per cache level,
+counted by isl on the placed statements, against the target's vector lanes, registers,
+caches and cores: a cross target is scheduled without running anything); on the
 host the best predicted candidates are built and measured, and the fastest wins. The
 result's `auto` attribute holds every candidate with its predicted and measured times, and
 the Spearman correlation between the two.
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -336,70 +336,12 @@ def _register_tile(s: Schedule, st, tgt, lanes: int, rng: random.Random) -> None
 
 # ----------------------------------------------------------------------------- the model
 def predict(s: Schedule, target) -> float:
-    """Seconds the schedule should take on `target`, from its loop structure: each stage's
-    multiply-adds over the vector lanes it uses, the cores its parallel loop can occupy and
-    the loads per multiply-add of its inner loop (a register tile reuses each load), plus
-    the bytes its global tensors move at the target's bandwidth."""
-    tgt = _target(target)
-    lanes = max(1, tgt.vector_lanes("float32"))
-    cores = max(1, (os.cpu_count() or 1) if tgt.is_host else 4)
-    ghz = 3.0e9
-    total = 0.0
-    for st in s.stages:
-        if st.inlined:
-            continue
-        work = 1
-        for a in list(st.op.axis) + list(st.op.reduce_axis):
-            work *= _extent(a) or 64
-        loops = st.state.loops
-        v = 1
-        if loops and loops[-1].kind is LoopKind.VECTORIZED:
-            v = min(lanes, loops[-1].max_extent or lanes)
-        elif any(lp.kind is LoopKind.VECTORIZED for lp in loops):
-            v = lanes
-        par = next((lp for lp in loops if lp.kind is LoopKind.PARALLEL), None)
-        p = 1
-        if par is not None and st.state.attach is None:
-            p = min(cores, par.max_extent or cores)
-        unrolled = sum(lp.kind is LoopKind.UNROLLED for lp in loops)
-        per_cycle = 2.0 * v * (1.0 + 0.5 * min(unrolled, 2))    # issue, a little ILP
-        if getattr(st, "cache_scope", None) == "local" and st.op.reduce_axis and \
-                st.state.attach is not None and unrolled:
-            per_cycle = 2.0 * v * _tile_efficiency(st, tgt, packed=any(
-                x.op.name.endswith("_packed") for x in s.stages if not x.inlined))
-        elif st.op.reduce_axis and v == 1:
-            per_cycle = 0.5                                     # a scalar dependent chain
-        total += work / (per_cycle * ghz * p)
-        if st.state.attach is None:
-            total += 4.0 * _dims(st.op.output) / (8e9 * min(p, 2))   # its output to memory
-    for t in s.placeholders:
-        total += 4.0 * _dims(t) / 16e9
-    return total
+    """Seconds the schedule should take on `target`: the analytic model of cost.py
+    (instructions per register block, traffic per cache level from isl's footprints,
+    the cores its parallel loop occupies)."""
+    from .cost import estimate
 
-
-def _tile_efficiency(st, tgt, packed: bool) -> float:
-    """The fraction of the FMA peak a register tile of mr rows by nv vectors can reach:
-    mr * nv independent accumulators hide the FMA latency (8 in flight: 2 pipes x 4
-    cycles), mr broadcasts and nv loads feed mr * nv FMAs (2 loads per cycle), and a tile
-    that does not fit the vector registers spills; an unpacked B is read across rows."""
-    ext = [lp.max_extent or 1 for lp in st.state.loops if lp.kind is LoopKind.UNROLLED]
-    mr = ext[0] if ext else 1
-    nv = ext[1] if len(ext) > 1 else 1
-    acc = mr * nv
-    eff = min(1.0, acc / 8.0) * min(1.0, acc / (mr + nv))
-    if acc + nv + 2 > tgt.vector_registers:
-        eff *= 0.3
-    return eff * (1.0 if packed else 0.75)
-
-
-def _dims(t) -> int:
-    n = 1
-    for x in t.shape:
-        try:
-            n *= int(x.value)
-        except (AttributeError, TypeError, ValueError):
-            n *= 64
-    return n
+    return estimate(s, _target(target)).seconds
 
 
 # --------------------------------------------------------------------------- measuring

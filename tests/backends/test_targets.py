@@ -288,3 +288,14 @@ def test_fp_contraction_can_be_turned_off(monkeypatch):
     s, args = tiled_matmul("aarch64", 8, 8, 8)
     asm = tl.build(s, args, target="aarch64", name="mm").get_source("asm")
     assert "fmla" not in asm and "fmul" in asm
+
+
+def test_targets_describe_their_caches_and_cores():
+    """The cost model's and the executor's machine facts: this machine's caches from /sys
+    (L1 <= L2 <= last level), an architecture's typical sizes for a cross target."""
+    host = tl.Target.parse("llvm")
+    l1, l2, l3 = host.cache_bytes
+    assert 4 << 10 <= l1 <= l2 <= l3
+    assert host.cores >= 1
+    arm = tl.Target.parse("aarch64")
+    assert arm.cache_bytes == (64 << 10, 1 << 20, 8 << 20) and arm.cores == 4

@@ -145,3 +145,44 @@ def test_executor_matmul_built_for_avx2_uses_its_tile_and_matches_numpy(shape, m
     mod(a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
     assert "<8 x float>" in mod.get_source("ll") and "<16 x float>" not in mod.get_source("ll")
+
+
+def _small_caches(monkeypatch, last_level: int):
+    import tensorlang.target as T
+
+    monkeypatch.setattr(T, "_CACHES", [(32 << 10, 1 << 20, last_level)])
+    E._KERNELS.clear()
+
+
+def _first_loop(groups) -> tuple[str, str]:
+    """The output stage's outermost loop: 'rows' or 'columns' (its tile loops), and kind."""
+    (_, s), = groups
+    out = next(st for st in s.stages if any(st.op.output is o for o in s.outputs))
+    lp = out.state.loops[0]
+    rows, cols = (a.var.name for a in out.op.axis[-2:])
+    which = {f"{rows}.outer": "rows", f"{cols}.outer": "columns"}.get(lp.name, lp.name)
+    return which, lp.kind.name
+
+
+def test_a_matmul_whose_b_overflows_the_last_level_cache_takes_b_panels_outermost(
+        monkeypatch):
+    """4096^2 floats of B (64 MiB) on a 32 MiB L3: the packed B panels are the outer,
+    parallel loop (each panel read once); 1024^2 (4 MiB) keeps the row tiles outermost."""
+    _small_caches(monkeypatch, 32 << 20)
+    for n, first in ((4096, "columns"), (1024, "rows")):
+        x, y = G.Variable("x", (n, n), "float32"), G.Variable("y", (n, n), "float32")
+        assert _first_loop(E.default_schedules([x @ y])) == (first, "PARALLEL"), n
+    E._KERNELS.clear()
+
+
+@pytest.mark.parametrize("m,k,n", [(100, 96, 160), (7, 33, 64), (64, 64, 4100 // 41 * 16)])
+def test_b_panels_outermost_match_numpy(monkeypatch, m, k, n, rng):
+    _small_caches(monkeypatch, 16 << 10)        # every B "overflows": panels outermost
+    x, y = G.Variable("x", (m, k), "float32"), G.Variable("y", (k, n), "float32")
+    xv = rng.standard_normal((m, k)).astype("f4")
+    yv = rng.standard_normal((k, n)).astype("f4")
+    if m * k * n >= CS.PACK_MIN_FLOPS:
+        assert _first_loop(E.default_schedules([x @ y]))[0] == "columns"
+    (got,) = G.Executor([x @ y]).run({x: xv, y: yv})
+    np.testing.assert_allclose(got, xv @ yv, rtol=1e-4, atol=1e-4 * math.sqrt(k))
+    E._KERNELS.clear()

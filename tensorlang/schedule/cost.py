@@ -1,0 +1,346 @@
+"""An analytic cost model of a schedule: the auto-scheduler's ranking of candidates.
+
+Every count comes from isl, on the statements as placed (compute_at expanded, inlining
+done, the loops of the schedule):
+
+- *trip counts*: the values each loop takes inside one iteration of the loops around it
+  (at the first iteration, a full tile);
+- *footprints*: for each loop level d and tensor, the bounding box of the elements that one
+  iteration of loop d touches (its first iteration), in cache lines;
+- *traffic* into each cache level: with the outermost loop whose body's footprint fits
+  the cache, every iteration of it loads its footprint once, and a tensor that a loop does
+  not index keeps its data across that loop's iterations (the reuse a tile exploits) —
+  iterations times footprint, as `tl.analyze`'s data movement per level counts it exactly;
+- *instructions*: the body's arithmetic (a multiply feeding an add is one fused
+  instruction; exp, log, division cost more), over the vector lanes of the innermost
+  vectorised loop, per *register block* (the body of the innermost loop that is neither
+  unrolled nor vectorised: its loads are the block's distinct vectors — a register tile
+  loads each row value once for all its columns — and an accumulator the block keeps
+  across that loop's iterations stays in a register, bounded by the FMA latency over its
+  independent accumulators).
+
+A statement's time is the largest of its instruction time on the cores its parallel loop
+occupies (with the load imbalance of the last round) and its traffic at each level over
+that level's bandwidth, plus a fork per launch of a parallel loop; a program's time is the
+sum over its statements. The machine comes from `tl.Target` (vector lanes, registers,
+caches, cores), so a cross target is modelled without running anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import islpy as isl
+
+from ..ir.expr import Add, Call, Div, Expr, Load, Max, Min, Mul, Sub
+from ..ir.stmt import LoopKind, Store
+from ..ir.visit import walk, walk_stmt
+from ..polyhedral.placement import loop_prefix
+
+GHZ = 3.0e9
+FMA_PIPES = 2             # vector arithmetic instructions per cycle
+LOADS_PER_CYCLE = 2
+STORES_PER_CYCLE = 1
+FMA_LATENCY = 4           # cycles
+LINE_BYTES = 64
+BYTES_PER_CYCLE = (64, 32)   # into L1 from L2, into L2 from L3 (per core)
+DRAM_BYTES_PER_S = 25e9   # the whole machine
+FORK_S = 3e-6             # one launch of a parallel loop
+CALL_COST = {"exp": 16, "log": 20, "tanh": 30, "erf": 30, "sigmoid": 20, "sqrt": 6,
+             "rsqrt": 6, "pow": 40, "sin": 30, "cos": 30}
+MASKED_CYCLES = 10        # a masked vector load or store (a row's partial last vector)
+SMALL_LOOP = 4            # LLVM unrolls innermost loops this short completely
+FILL = 0.75               # the share of a cache a footprint may take and stay resident
+
+
+@dataclass
+class StatementCost:
+    name: str
+    instances: int
+    compute_s: float
+    memory_s: tuple[float, ...]          # L1, L2, DRAM
+    traffic: tuple[int, ...]             # bytes into L1, into L2, from DRAM
+    cores: int
+    forks: int
+
+    @property
+    def seconds(self) -> float:
+        return max(self.compute_s, *self.memory_s) + self.forks * FORK_S
+
+    @property
+    def bound(self) -> str:
+        names = ("compute", "L1", "L2", "DRAM")
+        times = (self.compute_s, *self.memory_s)
+        return names[max(range(len(times)), key=times.__getitem__)]
+
+
+@dataclass
+class CostReport:
+    statements: list[StatementCost] = field(default_factory=list)
+
+    @property
+    def seconds(self) -> float:
+        return sum(c.seconds for c in self.statements)
+
+    def __str__(self) -> str:
+        rows = [f"{c.name:28s} {c.seconds * 1e3:9.4f} ms  {c.bound:7s} cores {c.cores} "
+                f"traffic L1/L2/DRAM {'/'.join(_mb(x) for x in c.traffic)}"
+                for c in self.statements]
+        return "\n".join(rows + [f"total {self.seconds * 1e3:.4f} ms"])
+
+
+def _mb(x: int) -> str:
+    return f"{x / 1e6:.2f}MB"
+
+
+def _val(v) -> int:
+    return int(v.to_python()) if v.is_int() else 0
+
+
+def _first(s: isl.Set) -> isl.Set:
+    """The set's lexicographically first point, as a set (empty stays empty)."""
+    if s.is_empty():
+        return s
+    return s.lexmin()
+
+
+def _box(s: isl.Set) -> list[int]:
+    """Extents of the set's bounding box, per dimension (0 when empty)."""
+    if s.is_empty():
+        return [0] * s.dim(isl.dim_type.set)
+    return [_val(s.dim_max_val(i)) - _val(s.dim_min_val(i)) + 1
+            for i in range(s.dim(isl.dim_type.set))]
+
+
+def _arith(body) -> tuple[float, int]:
+    """(instructions of one instance's arithmetic, loads) of a statement body: a multiply
+    feeding an add fuses; calls and divisions cost CALL_COST / 4."""
+    ops, loads = 0.0, 0
+    for x in walk_stmt(body):
+        if not isinstance(x, Store):
+            continue
+        fused = set()
+        for e in walk(x.value):
+            if isinstance(e, Load):
+                loads += 1
+            if not isinstance(e, Expr) or not e.dtype.is_float:
+                continue
+            if isinstance(e, (Add, Sub)):
+                for o in (e.a, e.b):
+                    if isinstance(o, Mul) and id(o) not in fused:
+                        fused.add(id(o))
+                        break
+                ops += 1
+            elif isinstance(e, Mul):
+                ops += 0 if id(e) in fused else 1
+            elif isinstance(e, Div):
+                ops += 4
+            elif isinstance(e, (Min, Max)):
+                ops += 1
+            elif isinstance(e, Call):
+                ops += CALL_COST.get(e.name, 10)
+    return max(ops, 1.0), loads
+
+
+class _Stmt:
+    """The isl facts of one placed statement at concrete sizes."""
+
+    def __init__(self, e, ctx, names: dict, local_ids: set, itemsize: dict):
+        self.e = e
+        self.n = len(e.loops)
+        self.dom = e.stmt.domain.intersect_params(ctx)
+        self.prefix = [loop_prefix(e.lmap, d + 1).intersect_domain(self.dom)
+                       for d in range(self.n)]
+        self.trips = self._trips()
+        self.accesses = []                # (tensor name, is write, is local, map, bytes)
+        for acc, write in ((e.reads, False), (e.writes, True)):
+            for tid, m in acc.items():
+                if tid not in names:
+                    continue
+                self.accesses.append((names[tid], write, tid in local_ids,
+                                      m.intersect_params(ctx).intersect_domain(self.dom),
+                                      itemsize.get(tid, 4)))
+
+    def _trips(self) -> list[int]:
+        out, fixed = [], None
+        for d in range(self.n):
+            r = self.prefix[d].range()
+            if fixed is not None:
+                r = r.intersect(fixed.insert_dims(isl.dim_type.set, d, 1)
+                                if fixed.dim(isl.dim_type.set) == d else r)
+            ext = _box(r)
+            t = ext[d] if ext else 1
+            out.append(max(t, 1))
+            fixed = _first(r)
+        return out
+
+    def footprint(self, m: isl.Map, d: int) -> list[int]:
+        """Bounding box of the elements one (the first) iteration of loop d touches; d = -1:
+        the whole statement's."""
+        if d < 0:
+            return _box(m.range())
+        first = _first(self.prefix[d].range())
+        inst = self.prefix[d].intersect_range(first).domain()
+        return _box(m.intersect_domain(inst).range())
+
+
+def _bytes(box: list[int], itemsize: int) -> int:
+    if not box or 0 in box:
+        return 0
+    line = max(1, LINE_BYTES // itemsize)
+    n = -(-box[-1] // line) * line
+    for x in box[:-1]:
+        n *= x
+    return n * itemsize
+
+
+def estimate(s, target) -> CostReport:
+    """The model's time of schedule `s` on `target` (see the module)."""
+    from ..target import Target
+
+    tgt = target if isinstance(target, Target) else Target.parse(target)
+    prog = s.program
+    ctx = isl.Set(f"[{prog.ptext}] -> {{ : 1 = 1 }}")
+    pl = prog.place({st.id: st.state for st in s.stages})
+    local_ids = {id(L.tensor) for L in pl.locals}
+    names = {k: b.name for k, b in prog.bufs.items()}
+    itemsize = {k: b.dtype.itemsize for k, b in prog.bufs.items()}
+    report = CostReport()
+    for e in pl.entries:
+        report.statements.append(_statement(_Stmt(e, ctx, names, local_ids, itemsize), tgt))
+    return report
+
+
+def _statement(st: _Stmt, tgt) -> StatementCost:
+    e, n, trips = st.e, st.n, st.trips
+    lanes = max(1, tgt.vector_lanes("float32"))
+    cores = tgt.cores
+    kinds = _as_compiled(st, [lp.kind for lp in e.loops])
+    iters = [1]
+    for t in trips:
+        iters.append(iters[-1] * t)            # iters[d + 1]: iterations of loops 0..d
+    instances = iters[-1]
+    # the register block: inside the innermost loop that is not unrolled / vectorised
+    r = max((d for d in range(n) if kinds[d] not in (LoopKind.UNROLLED, LoopKind.VECTORIZED)),
+            default=-1)
+    v = 1
+    if n and kinds[-1] is LoopKind.VECTORIZED:
+        v = min(lanes, trips[-1])
+    autovec = 1
+    if v == 1 and r >= 0 and trips[r] >= lanes and _llvm_vectorises(st, r):
+        autovec = lanes          # LLVM's vectoriser: one block does `lanes` iterations of r
+    block = iters[-1] // iters[r + 1]
+    ops, _ = _arith(e.stmt.body)
+    arith = block * ops / v
+    loads = stores = rows = 0.0      # rows: the vectors along a tensor's last axis
+    chain = 0.0
+    for name, write, _, m, _ in st.accesses:
+        box = st.footprint(m, r)
+        if r >= 0 and box == st.footprint(m, r - 1) and write:
+            # an accumulator the block keeps across loop r: in registers, a dependent chain
+            acc_vectors = max(1.0, _count(box) / v)
+            chain = max(chain, FMA_LATENCY * (block / v) / acc_vectors)
+            continue
+        if r >= 0 and box == st.footprint(m, r - 1) and not write and \
+                any(w and mm is not m and nm == name for nm, w, _, mm, _ in st.accesses):
+            continue                           # the accumulator's read
+        vec = _count(box)
+        if v > 1 and box and box[-1] >= v:
+            vec = _count(box[:-1]) * -(-box[-1] // v)
+            rows += vec
+        if write:
+            stores += vec
+        else:
+            loads += vec
+    cycles = max(arith / FMA_PIPES, loads / LOADS_PER_CYCLE, stores / STORES_PER_CYCLE,
+                 chain) + (1 if r >= 0 else 0)
+    if n and kinds[-1] is LoopKind.VECTORIZED and v > 1:
+        # a row whose length the vector loop does not divide ends in a masked vector
+        # (and a store that the next row's loads cannot forward from)
+        row = next((st.footprint(m, -1)[-1] for _, w, _, m, _ in st.accesses if w), 0)
+        if row % v:
+            cycles += rows / -(-row // v) * MASKED_CYCLES
+    if autovec > 1:              # vector iterations, then the remainder one by one
+        compute_cycles = cycles * iters[r] * (trips[r] // autovec + trips[r] % autovec)
+    else:
+        compute_cycles = cycles * iters[r + 1]
+    # parallelism: the outermost parallel loop
+    p = next((d for d in range(n) if kinds[d] is LoopKind.PARALLEL), None)
+    used, imbalance, forks = 1, 1.0, 0
+    if p is not None:
+        used = min(cores, trips[p])
+        rounds = -(-trips[p] // used)
+        imbalance = rounds * used / trips[p]
+        forks = iters[p]
+    compute_s = compute_cycles / GHZ / used * imbalance
+    traffic = _traffic(st, tgt)
+    memory = tuple(traffic[k] / (BYTES_PER_CYCLE[k] * GHZ * used) * imbalance
+                   for k in range(2)) + (traffic[2] / DRAM_BYTES_PER_S,)
+    return StatementCost(e.orig, instances, compute_s, memory, tuple(traffic), used, forks)
+
+
+def _as_compiled(st: _Stmt, kinds: list) -> list:
+    """The loop kinds as LLVM leaves them: innermost serial loops of a few constant
+    iterations (a 3 x 3 window) are unrolled completely."""
+    kinds = list(kinds)
+    body = 1
+    for d in range(st.n - 1, -1, -1):
+        if kinds[d] in (LoopKind.UNROLLED, LoopKind.VECTORIZED):
+            continue
+        if kinds[d] is LoopKind.SERIAL and st.trips[d] <= SMALL_LOOP and \
+                body * st.trips[d] <= SMALL_LOOP * SMALL_LOOP:
+            body *= st.trips[d]
+            kinds[d] = LoopKind.UNROLLED
+            continue
+        break
+    return kinds
+
+
+def _llvm_vectorises(st: _Stmt, r: int) -> bool:
+    """Whether LLVM's loop vectoriser takes loop r (serial, everything inside it unrolled)
+    by itself: the written element moves along memory with it, one element per iteration
+    (so no accumulator is carried by it)."""
+    for _, write, _, m, _ in st.accesses:
+        if write:
+            inner = st.footprint(m, r - 1)
+            if not inner or inner[-1] != st.trips[r] or _count(inner[:-1]) != 1:
+                return False
+    return True
+
+
+def _count(box: list[int]) -> int:
+    n = 1
+    for x in box:
+        n *= x
+    return n
+
+
+def _traffic(st: _Stmt, tgt) -> list[int]:
+    """Bytes loaded into L1 (from L2), into L2 (from L3) and from DRAM (see the module):
+    per cache, the outermost loop whose body's footprint fits it; per tensor, moved outward
+    over the loops that do not index it. Data that fits the last level stays there between
+    calls (no DRAM traffic); a written line goes to DRAM and back (write-allocate)."""
+    n = st.n
+    glob = [(write, m, size) for _, write, local, m, size in st.accesses if not local]
+    if not glob:
+        return [0, 0, 0]
+    iters = [1]
+    for t in st.trips:
+        iters.append(iters[-1] * t)
+    feet = [[st.footprint(m, d) for d in range(-1, n)] for _, m, _ in glob]
+    levels = [sum(_bytes(f[d + 1], g[2]) for f, g in zip(feet, glob)) for d in range(-1, n)]
+    out = []
+    for c, cap in enumerate(tgt.cache_bytes):
+        if c == 2 and levels[0] <= cap * FILL:
+            out.append(0)
+            break
+        dstar = next((d for d in range(-1, n) if levels[d + 1] <= cap * FILL), n - 1)
+        moved = 0
+        for f, (write, _, size) in zip(feet, glob):
+            d = dstar
+            while d >= 0 and f[d] == f[d + 1]:
+                d -= 1                         # loop d does not index the tensor: reused
+            b = _bytes(f[d + 1], size) * iters[d + 1]
+            moved += 2 * b if write and c == 2 else b
+        out.append(moved)
+    return out
