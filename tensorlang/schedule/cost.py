@@ -42,13 +42,16 @@ FMA_PIPES = 2             # vector arithmetic instructions per cycle
 LOADS_PER_CYCLE = 2
 STORES_PER_CYCLE = 1
 FMA_LATENCY = 4           # cycles
+FORWARD_LATENCY = 7       # an add through memory: store, forwarded load, add
 LINE_BYTES = 64
-BYTES_PER_CYCLE = (64, 32)   # into L1 from L2, into L2 from L3 (per core)
+BYTES_PER_CYCLE = (64, 10)   # into L1 from L2, into L2 from L3 (per core, as measured on
+                             # a 2-core Zen 4 VM: an 8 MiB blur streams at ~30 GB/s)
 DRAM_BYTES_PER_S = 25e9   # the whole machine
 FORK_S = 3e-6             # one launch of a parallel loop
 CALL_COST = {"exp": 16, "log": 20, "tanh": 30, "erf": 30, "sigmoid": 20, "sqrt": 6,
              "rsqrt": 6, "pow": 40, "sin": 30, "cos": 30}
 MASKED_CYCLES = 10        # a masked vector load or store (a row's partial last vector)
+CONFLICT_CYCLES = 20      # a lane of a vector store whose lanes are 4 KiB apart (L1 sets)
 SMALL_LOOP = 4            # LLVM unrolls innermost loops this short completely
 FILL = 0.75               # the share of a cache a footprint may take and stay resident
 
@@ -145,7 +148,7 @@ def _arith(body) -> tuple[float, int]:
 class _Stmt:
     """The isl facts of one placed statement at concrete sizes."""
 
-    def __init__(self, e, ctx, names: dict, local_ids: set, itemsize: dict):
+    def __init__(self, e, ctx, names: dict, local_ids: set, itemsize: dict, strides: dict):
         self.e = e
         self.n = len(e.loops)
         self.dom = e.stmt.domain.intersect_params(ctx)
@@ -153,6 +156,7 @@ class _Stmt:
                        for d in range(self.n)]
         self.trips = self._trips()
         self.accesses = []                # (tensor name, is write, is local, map, bytes)
+        self.strides = []                 # per access: bytes between neighbours, per dim
         for acc, write in ((e.reads, False), (e.writes, True)):
             for tid, m in acc.items():
                 if tid not in names:
@@ -160,18 +164,29 @@ class _Stmt:
                 self.accesses.append((names[tid], write, tid in local_ids,
                                       m.intersect_params(ctx).intersect_domain(self.dom),
                                       itemsize.get(tid, 4)))
+                self.strides.append(strides.get(tid, ()))
 
     def _trips(self) -> list[int]:
-        out, fixed = [], None
+        """Values of each loop inside the first iteration of the loops around it; also
+        `constant`: whether the loop has that many at the last iteration too (LLVM sees a
+        constant trip count)."""
+        out, self.constant = [], []
+        first = last = None
         for d in range(self.n):
             r = self.prefix[d].range()
-            if fixed is not None:
-                r = r.intersect(fixed.insert_dims(isl.dim_type.set, d, 1)
-                                if fixed.dim(isl.dim_type.set) == d else r)
-            ext = _box(r)
-            t = ext[d] if ext else 1
-            out.append(max(t, 1))
-            fixed = _first(r)
+            ends = []
+            for fixed in (first, last):
+                x = r
+                if fixed is not None:
+                    x = r.intersect(fixed.insert_dims(isl.dim_type.set, d, 1))
+                ext = _box(x)
+                ends.append(max(ext[d], 1) if ext else 1)
+                if fixed is first:
+                    first = _first(x)
+                else:
+                    last = x.lexmax() if not x.is_empty() else x
+            out.append(ends[0])
+            self.constant.append(ends[0] == ends[1])
         return out
 
     def footprint(self, m: isl.Map, d: int) -> list[int]:
@@ -182,6 +197,18 @@ class _Stmt:
         first = _first(self.prefix[d].range())
         inst = self.prefix[d].intersect_range(first).domain()
         return _box(m.intersect_domain(inst).range())
+
+
+def _strides(buf) -> tuple[int, ...]:
+    """Bytes between neighbouring elements along each dimension (row-major)."""
+    out, step = [], buf.dtype.itemsize
+    for x in reversed(buf.shape):
+        out.append(step)
+        try:
+            step *= int(x.value)
+        except (AttributeError, TypeError, ValueError):
+            step *= 64
+    return tuple(reversed(out))
 
 
 def _bytes(box: list[int], itemsize: int) -> int:
@@ -205,9 +232,10 @@ def estimate(s, target) -> CostReport:
     local_ids = {id(L.tensor) for L in pl.locals}
     names = {k: b.name for k, b in prog.bufs.items()}
     itemsize = {k: b.dtype.itemsize for k, b in prog.bufs.items()}
+    strides = {k: _strides(b) for k, b in prog.bufs.items()}
     report = CostReport()
     for e in pl.entries:
-        report.statements.append(_statement(_Stmt(e, ctx, names, local_ids, itemsize), tgt))
+        report.statements.append(_statement(_Stmt(e, ctx, names, local_ids, itemsize, strides), tgt))
     return report
 
 
@@ -234,14 +262,31 @@ def _statement(st: _Stmt, tgt) -> StatementCost:
     arith = block * ops / v
     loads = stores = rows = 0.0      # rows: the vectors along a tensor's last axis
     chain = 0.0
-    for name, write, _, m, _ in st.accesses:
+    strided = 0.0
+    for (name, write, local, m, size), stride in zip(st.accesses, st.strides):
         box = st.footprint(m, r)
-        if r >= 0 and box == st.footprint(m, r - 1) and write:
-            # an accumulator the block keeps across loop r: in registers, a dependent chain
+        if (v > 1 or autovec > 1) and n and not local:     # (a local buffer is compact)
+            # the vector lanes along a dimension other than the last: one access per lane,
+            # each in its own line; a store whose lanes are a multiple of 4 KiB apart puts
+            # them in one L1 set, which they thrash (m_rf[lane, row] of a rfactor with the
+            # lanes outermost: ~350 cycles a vector measured)
+            moving = [k for k, x in enumerate(st.footprint(m, n - 2)) if x > 1]
+            step = stride[moving[-1]] if moving and stride else size
+            if step != size:
+                lanes_ = v if v > 1 else autovec
+                per = CONFLICT_CYCLES if write and step % 4096 == 0 else 1
+                strided += lanes_ * per * (block / lanes_ if v > 1 else 1)
+        kept = r >= 0 and box == st.footprint(m, r - 1)     # the same elements across loop r
+        if kept and write:
+            # an accumulator updated across loop r: a dependent chain, in registers when it
+            # is a local buffer (cache_write), else through memory (LLVM does not keep a
+            # tensor's elements in registers across a loop: a store, then a load forwarded)
             acc_vectors = max(1.0, _count(box) / v)
-            chain = max(chain, FMA_LATENCY * (block / v) / acc_vectors)
-            continue
-        if r >= 0 and box == st.footprint(m, r - 1) and not write and \
+            latency = FMA_LATENCY if local else FORWARD_LATENCY
+            chain = max(chain, latency * (block / v) / acc_vectors)
+            if local:
+                continue
+        if kept and local and not write and \
                 any(w and mm is not m and nm == name for nm, w, _, mm, _ in st.accesses):
             continue                           # the accumulator's read
         vec = _count(box)
@@ -253,7 +298,7 @@ def _statement(st: _Stmt, tgt) -> StatementCost:
         else:
             loads += vec
     cycles = max(arith / FMA_PIPES, loads / LOADS_PER_CYCLE, stores / STORES_PER_CYCLE,
-                 chain) + (1 if r >= 0 else 0)
+                 chain) + (1 if r >= 0 else 0) + strided
     if n and kinds[-1] is LoopKind.VECTORIZED and v > 1:
         # a row whose length the vector loop does not divide ends in a masked vector
         # (and a store that the next row's loads cannot forward from)
@@ -287,7 +332,7 @@ def _as_compiled(st: _Stmt, kinds: list) -> list:
     for d in range(st.n - 1, -1, -1):
         if kinds[d] in (LoopKind.UNROLLED, LoopKind.VECTORIZED):
             continue
-        if kinds[d] is LoopKind.SERIAL and st.trips[d] <= SMALL_LOOP and \
+        if kinds[d] is LoopKind.SERIAL and st.trips[d] <= SMALL_LOOP and st.constant[d] and \
                 body * st.trips[d] <= SMALL_LOOP * SMALL_LOOP:
             body *= st.trips[d]
             kinds[d] = LoopKind.UNROLLED
@@ -341,6 +386,6 @@ def _traffic(st: _Stmt, tgt) -> list[int]:
             while d >= 0 and f[d] == f[d + 1]:
                 d -= 1                         # loop d does not index the tensor: reused
             b = _bytes(f[d + 1], size) * iters[d + 1]
-            moved += 2 * b if write and c == 2 else b
+            moved += 2 * b if write and c >= 1 else b     # written lines go back
         out.append(moved)
     return out
