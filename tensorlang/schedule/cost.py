@@ -52,6 +52,7 @@ CALL_COST = {"exp": 16, "log": 20, "tanh": 30, "erf": 30, "sigmoid": 20, "sqrt":
              "rsqrt": 6, "pow": 40, "sin": 30, "cos": 30}
 MASKED_CYCLES = 10        # a masked vector load or store (a row's partial last vector)
 CONFLICT_CYCLES = 20      # a lane of a vector store whose lanes are 4 KiB apart (L1 sets)
+OOO_WINDOW = 256          # instructions the core looks ahead (out-of-order window)
 SMALL_LOOP = 4            # LLVM unrolls innermost loops this short completely
 FILL = 0.75               # the share of a cache a footprint may take and stay resident
 
@@ -255,7 +256,8 @@ def _statement(st: _Stmt, tgt) -> StatementCost:
     if n and kinds[-1] is LoopKind.VECTORIZED:
         v = min(lanes, trips[-1])
     autovec = 1
-    if v == 1 and r >= 0 and trips[r] >= lanes and _llvm_vectorises(st, r):
+    carried = r >= 0 and _carried(st, r)
+    if v == 1 and r >= 0 and trips[r] >= lanes and not carried and _llvm_vectorises(st, r):
         autovec = lanes          # LLVM's vectoriser: one block does `lanes` iterations of r
     block = iters[-1] // iters[r + 1]
     ops, _ = _arith(e.stmt.body)
@@ -297,6 +299,13 @@ def _statement(st: _Stmt, tgt) -> StatementCost:
             stores += vec
         else:
             loads += vec
+    if carried:
+        # a recurrence (y[j] from y[j - 1]) carried by loop r: each block waits for the
+        # last, unless loop r is short enough for the out-of-order window to overlap the
+        # chains of several of its executions (a tile of rows, each a short recurrence)
+        window = 1.0 if r > 0 and _carried(st, r - 1) else \
+            min(1.0, trips[r] * (ops + loads + stores + 1) / OOO_WINDOW)
+        chain = max(chain, FMA_LATENCY * block / max(v, 1) * window)
     cycles = max(arith / FMA_PIPES, loads / LOADS_PER_CYCLE, stores / STORES_PER_CYCLE,
                  chain) + (1 if r >= 0 else 0) + strided
     if n and kinds[-1] is LoopKind.VECTORIZED and v > 1:
@@ -339,6 +348,31 @@ def _as_compiled(st: _Stmt, kinds: list) -> list:
             continue
         break
     return kinds
+
+
+def _carried(st: _Stmt, r: int) -> bool:
+    """Whether an element the statement writes is read by a later iteration of loop r
+    within the same iteration of the loops around it (a recurrence along loop r; a
+    reduction's accumulator, read and written at the same element, is not one)."""
+    writes = [(nm, m) for nm, w, _, m, _ in st.accesses if w]
+    for nm, w, _, m, _ in st.accesses:
+        for wn, wm in writes:
+            if w or nm != wn or m.is_equal(wm):
+                continue
+            dep = wm.apply_range(m.reverse())              # writer -> reader instances
+            lp = st.prefix[r]
+            loops = lp.reverse().apply_range(dep).apply_range(lp)
+            if loops.is_empty():
+                continue
+            deltas = loops.deltas()
+            same = isl.Set.universe(deltas.get_space())
+            for k in range(r):
+                same = same.fix_val(isl.dim_type.set, k, isl.Val.zero(deltas.get_ctx()))
+            along = deltas.intersect(same)
+            if not along.is_empty() and not along.is_equal(
+                    along.fix_val(isl.dim_type.set, r, isl.Val.zero(deltas.get_ctx()))):
+                return True
+    return False
 
 
 def _llvm_vectorises(st: _Stmt, r: int) -> bool:
