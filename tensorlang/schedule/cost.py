@@ -66,6 +66,7 @@ class StatementCost:
     traffic: tuple[int, ...]             # bytes into L1, into L2, from DRAM
     cores: int
     forks: int
+    block: str = ""                      # the register block's cycles, as a formula
 
     @property
     def seconds(self) -> float:
@@ -88,7 +89,7 @@ class CostReport:
 
     def __str__(self) -> str:
         rows = [f"{c.name:28s} {c.seconds * 1e3:9.4f} ms  {c.bound:7s} cores {c.cores} "
-                f"traffic L1/L2/DRAM {'/'.join(_mb(x) for x in c.traffic)}"
+                f"traffic L1/L2/DRAM {'/'.join(_mb(x) for x in c.traffic)}\n    {c.block}"
                 for c in self.statements]
         return "\n".join(rows + [f"total {self.seconds * 1e3:.4f} ms"])
 
@@ -236,7 +237,8 @@ def estimate(s, target) -> CostReport:
     strides = {k: _strides(b) for k, b in prog.bufs.items()}
     report = CostReport()
     for e in pl.entries:
-        report.statements.append(_statement(_Stmt(e, ctx, names, local_ids, itemsize, strides), tgt))
+        st = _Stmt(e, ctx, names, local_ids, itemsize, strides)
+        report.statements.append(_statement(st, tgt))
     return report
 
 
@@ -330,7 +332,11 @@ def _statement(st: _Stmt, tgt) -> StatementCost:
     traffic = _traffic(st, tgt)
     memory = tuple(traffic[k] / (BYTES_PER_CYCLE[k] * GHZ * used) * imbalance
                    for k in range(2)) + (traffic[2] / DRAM_BYTES_PER_S,)
-    return StatementCost(e.orig, instances, compute_s, memory, tuple(traffic), used, forks)
+    block_text = (f"{iters[r + 1] // max(autovec, 1)} blocks x {cycles:.1f} cycles (arith "
+                  f"{arith:.0f}, loads {loads:.0f}, stores {stores:.0f}, chain {chain:.1f}, "
+                  f"strided {strided:.0f}, v {v}/{autovec})")
+    return StatementCost(e.orig, instances, compute_s, memory, tuple(traffic), used, forks,
+                         block_text)
 
 
 def _as_compiled(st: _Stmt, kinds: list) -> list:
