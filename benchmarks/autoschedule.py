@@ -6,7 +6,9 @@ repository — the graph executor's default schedule for the ops it has (registe
 matmuls and convolutions, per-row softmax and layer norm, vector reductions), a schedule
 written here for the others — and the declared loop nest. Printed: milliseconds, the
 auto/hand ratio, the tuning time, and the Spearman correlation between the cost model's
-predictions and the measured times of the candidates.
+predictions and measured times: over the candidates the search measured (its best
+predicted ones and their mutants, which differ little) and over `--rho-sample` candidates
+sampled at random (the model's ranking of schedules it did not pick).
 
 With `--halide-python PY` (an interpreter with the `halide` wheel), Halide's Mullapudi2016
 and Adams2019 autoschedulers run the operators that benchmarks/halide_autoschedule.py
@@ -184,7 +186,7 @@ def _time(fn, min_s=0.05) -> float:
     return best
 
 
-def run_one(name, make, budget: float) -> dict:
+def run_one(name, make, budget: float, rho_n: int = 0) -> dict:
     ins, out, hand = make()
     arrays = [R.standard_normal([int(x.value) for x in t.shape]).astype("float32") for t in ins]
     res = np.zeros([int(x.value) for x in out.shape], "float32")
@@ -204,7 +206,28 @@ def run_one(name, make, budget: float) -> dict:
     rho = s.auto.spearman
     return {"op": name, "auto_ms": 1e3 * t_auto, "hand_ms": 1e3 * t_hand,
             "naive_ms": 1e3 * t_naive, "tune_s": tune_s, "rho": rho,
-            "candidates": len(s.auto.candidates)}
+            "candidates": len(s.auto.candidates),
+            "rho_sample": model_rho(out, rho_n) if rho_n else None}
+
+
+def model_rho(out, n: int, seed: int = 7) -> float | None:
+    """Spearman correlation between the cost model's predictions and measured times over
+    `n` candidates sampled at random (the declared loop nest among them): the model's
+    ranking of schedules it did not choose, not only of the search's best ones."""
+    import random
+
+    from tensorlang.schedule import auto
+
+    rng = random.Random(seed)
+    cands = {"": tl.create_schedule(out)}
+    for _ in range(6 * n):
+        if len(cands) >= n:
+            break
+        s = auto.sample(out, "llvm", rng)
+        if auto._lowers(s):
+            cands.setdefault(s.trace_text(), s)
+    pairs = [(auto.predict(s, "llvm"), auto.measure(s)) for s in cands.values()]
+    return auto.AutoResult("", "", [auto.Candidate([], p, m) for p, m in pairs]).spearman
 
 
 def halide(py: str, name: str, quick: bool) -> dict:
@@ -233,6 +256,8 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--ops", default="", help="comma-separated substrings of operator names")
     ap.add_argument("--halide-python", default=None,
                     help="an interpreter with the halide wheel, for its autoschedulers")
+    ap.add_argument("--rho-sample", type=int, default=16,
+                    help="random candidates measured for the model's Spearman rho (0: none)")
     a = ap.parse_args(argv)
     ops = operators(a.quick)
     want = [w for w in a.ops.split(",") if w]
@@ -240,20 +265,23 @@ def main(argv=None) -> list[dict]:
     for name, make in ops.items():
         if want and not any(w in name for w in want):
             continue
-        rows.append(run_one(name, make, 2.0 if a.quick else a.budget))
+        rows.append(run_one(name, make, 2.0 if a.quick else a.budget,
+                            min(a.rho_sample, 4) if a.quick else a.rho_sample))
         r = rows[-1]
         r["halide"] = halide(a.halide_python, name, a.quick) if a.halide_python else {}
         print(f"  {name}: auto {r['auto_ms']:.3f} ms, hand {r['hand_ms']:.3f} ms", flush=True)
     print("| operator | declared ms | hand ms | auto ms | auto / hand speed | Halide "
-          "Mullapudi2016 ms | Halide Adams2019 ms | tuning s | candidates | Spearman rho |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "Mullapudi2016 ms | Halide Adams2019 ms | tuning s | candidates | Spearman rho (search) "
+          "| Spearman rho (random sample) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         rho = "—" if r["rho"] is None else f"{r['rho']:.2f}"
+        rho_s = "—" if r["rho_sample"] is None else f"{r['rho_sample']:.2f}"
         hal = [r["halide"].get(k) for k in ("Mullapudi2016", "Adams2019")]
         hal_s = ["—" if v is None else f"{v:.3f}" for v in hal]
         print(f"| {r['op']} | {r['naive_ms']:.3f} | {r['hand_ms']:.3f} | {r['auto_ms']:.3f} | "
               f"{r['hand_ms'] / r['auto_ms']:.2f} | {hal_s[0]} | {hal_s[1]} | "
-              f"{r['tune_s']:.0f} | {r['candidates']} | {rho} |")
+              f"{r['tune_s']:.0f} | {r['candidates']} | {rho} | {rho_s} |")
     return rows
 
 

@@ -141,7 +141,9 @@ def schedule_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "
     (schedule, input placeholders, output tensor). `schedules="auto"` (CPU): the
     auto-scheduler's instead, through the tuning log (TL_TUNE_LOG, default
     ~/.cache/tensorlang/tuning.jsonl) with TL_TUNE_BUDGET seconds (default 10) per new
-    kernel."""
+    kernel. `schedules="model"`: a record of the log when there is one, else the cost
+    model's choice among the candidates sampled in TL_TUNE_BUDGET seconds (default 2),
+    nothing measured — quick, for a first run; `tensorlang tune` measures later."""
     ins = [tl.placeholder(s, d, name=f"in{k}") for k, (s, d) in enumerate(zip(shapes, dtypes))]
     tensors, tshapes, kinds = [], [], []
     for op, attrs, operands in members:
@@ -167,9 +169,15 @@ def schedule_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "
         s = gpu_schedule(out, kind, fresh, anchor)
     elif schedules == "auto":
         s = tl.auto_schedule(out, target=target, budget_s=tune_budget(10.0), log=_auto_log())
+    elif schedules == "model":
+        s = tl.auto_schedule(out, target=target, budget_s=tune_budget(MODEL_BUDGET_S),
+                             log=_auto_log(), measure_on_host=False)
     else:
         s = default_schedule(out, kind, _work(tshapes[-1], shapes), fresh, anchor)
     return s, ins, out
+
+
+MODEL_BUDGET_S = 2.0     # seconds of sampling per kernel for schedules="model"
 
 
 def _auto_log() -> str:
@@ -360,15 +368,16 @@ class Executor:
     `kernels` lists them after a run); `fuse=False` runs one kernel per node instead,
     the baseline that `benchmarks/graph_opt.py` compares against. `schedules="auto"` takes
     each kernel's schedule from `tl.auto_schedule` (through the tuning log) instead of the
-    hand-written defaults (CPU targets)."""
+    hand-written defaults (CPU targets); `schedules="model"` its quick model-only mode (no
+    kernel measured: the cost model ranks the sampled candidates)."""
 
     def __init__(self, nodes, target: str = "llvm", fuse: bool = True,
                  schedules: str = "default"):
         self.outputs = list(nodes) if isinstance(nodes, (list, tuple)) else [nodes]
         self.fuse = bool(fuse)      # False: one kernel per node (a baseline to compare)
-        if schedules not in ("default", "auto"):
-            raise GraphError(f"Executor: schedules must be 'default' or 'auto', got "
-                             f"{schedules!r}")
+        if schedules not in ("default", "auto", "model"):
+            raise GraphError(f"Executor: schedules must be 'default', 'auto' or 'model', "
+                             f"got {schedules!r}")
         self.schedules = schedules
         if not self.outputs:
             raise GraphError("Executor: expected at least one node")

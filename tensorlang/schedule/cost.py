@@ -307,7 +307,7 @@ def _statement(st: _Stmt, tgt) -> StatementCost:
         # chains of several of its executions (a tile of rows, each a short recurrence)
         window = 1.0 if r > 0 and _carried(st, r - 1) else \
             min(1.0, trips[r] * (ops + loads + stores + 1) / OOO_WINDOW)
-        chain = max(chain, FMA_LATENCY * block / max(v, 1) * window)
+        chain = max(chain, FMA_LATENCY * window)     # the block's elements: independent
     cycles = max(arith / FMA_PIPES, loads / LOADS_PER_CYCLE, stores / STORES_PER_CYCLE,
                  chain) + (1 if r >= 0 else 0) + strided
     if n and kinds[-1] is LoopKind.VECTORIZED and v > 1:

@@ -1,0 +1,184 @@
+"""The auto-scheduler's cost model (schedule/cost.py): its isl counts against tl.analyze's
+exact ones and against brute-force enumeration, and the rankings it must get right (each
+measured on the host in benchmarks/autoschedule.py; here only the model runs)."""
+
+import itertools
+
+import islpy as isl
+import numpy as np
+import pytest
+
+import tensorlang as tl
+from tensorlang.graph import cpu_schedules as CS
+from tensorlang.schedule import cost
+
+
+def _matmul(m, k, n):
+    A = tl.placeholder((m, k), "float32", name="A")
+    B = tl.placeholder((k, n), "float32", name="B")
+    r = tl.reduce_axis((0, k), name="r")
+    C = tl.compute((m, n), lambda i, j: tl.sum(A[i, r] * B[r, j], axis=r), name="C")
+    return A, B, C
+
+
+def _statements(s):
+    prog = s.program
+    ctx = isl.Set(f"[{prog.ptext}] -> {{ : 1 = 1 }}")
+    pl = prog.place({st.id: st.state for st in s.stages})
+    locals_ = {id(L.tensor) for L in pl.locals}
+    names = {k: b.name for k, b in prog.bufs.items()}
+    sizes = {k: b.dtype.itemsize for k, b in prog.bufs.items()}
+    strides = {k: cost._strides(b) for k, b in prog.bufs.items()}
+    return {e.orig: cost._Stmt(e, ctx, names, locals_, sizes, strides) for e in pl.entries}
+
+
+def _tiled_matmul(m, k, n, ti, tj, tk):
+    A, B, C = _matmul(m, k, n)
+    s = tl.create_schedule(C)
+    st = s[C]
+    io, jo, ii, ji = st.tile("i", "j", ti, tj)
+    ro, ri = st.split("r", factor=tk)
+    st.reorder(io, jo, ro, ii, ri, ji)
+    return s, (A, B, C)
+
+
+def test_footprints_times_iterations_are_analyzes_exact_data_movement():
+    """With full tiles, a loop level's footprint (a bounding box from isl) times the loop's
+    iterations is tl.analyze's exact count of (iteration, element) pairs, per tensor."""
+    s, args = _tiled_matmul(12, 10, 16, 4, 8, 5)
+    st = _statements(s)["C_update"]
+    rep = tl.analyze(s, list(args)).stage("C")
+    iters = list(itertools.accumulate(st.trips, lambda a, b: a * b))
+    for d, level in enumerate(rep.levels):
+        for name, moved in level.moved.items():
+            m = next(a[3] for a in st.accesses if a[0] == name and not a[1])
+            box = st.footprint(m, d)
+            assert int(np.prod(box)) * iters[d] == moved, (level.loop, name)
+
+
+def test_trip_counts_and_footprints_match_brute_force_enumeration():
+    """Tiles that do not divide the sizes: the first iteration's trip counts and
+    footprints, from isl's bounding boxes, against every instance enumerated."""
+    s, args = _tiled_matmul(7, 5, 9, 3, 4, 2)
+    st = _statements(s)["C_update"]
+    points = []
+    st.dom.foreach_point(points.append)
+    rows = []
+    for p in points:
+        inst = isl.Set.from_point(p)
+        loops = st.e.lmap.intersect_domain(inst).range()
+        (lv,) = [[x.get_coordinate_val(isl.dim_type.set, k).to_python()
+                  for k in range(st.n)] for x in _points(loops)]
+        elems = {a[0]: tuple(x.get_coordinate_val(isl.dim_type.set, k).to_python()
+                             for k in range(x.get_space().dim(isl.dim_type.set)))
+                 for a in st.accesses if not a[1]
+                 for x in _points(a[3].intersect_domain(inst).range())}
+        rows.append((lv, elems))
+    first = min(r[0] for r in rows)
+    for d in range(st.n):
+        inside = [r for r in rows if r[0][:d] == first[:d]]
+        assert st.trips[d] == len({r[0][d] for r in inside}), d
+        one = [r for r in rows if r[0][:d + 1] == first[:d + 1]]
+        for name, m, _ in ((a[0], a[3], 0) for a in st.accesses if not a[1]):
+            got = st.footprint(m, d)
+            touched = [r[1][name] for r in one]
+            want = [max(x[k] for x in touched) - min(x[k] for x in touched) + 1
+                    for k in range(len(touched[0]))]
+            assert got == want, (d, name)
+
+
+def _points(s):
+    out = []
+    s.foreach_point(out.append)
+    return out
+
+
+def test_the_model_ranks_the_matmul_schedules():
+    """Declared > vectorised > register-tiled (the executor's), on the host's description
+    and on a cross target's."""
+    A, B, C = _matmul(256, 256, 256)
+    declared = tl.create_schedule(C)
+    vec = tl.create_schedule(C)
+    i, j = vec[C].op.axis
+    (r,) = vec[C].op.reduce_axis
+    jo, ji = vec[C].split(j, factor=16)
+    vec[C].reorder(i, jo, r, ji)
+    vec[C].vectorize(ji)
+    tiled = tl.create_schedule(C)
+    CS._block_matmul(tiled, C, C, True)
+    for target in ("llvm", "aarch64", "x86-64-v3"):
+        t = [cost.estimate(s, target).seconds for s in (declared, vec, tiled)]
+        assert t[0] > t[1] > t[2], (target, t)
+
+
+def test_parallel_loops_divide_the_time_by_the_cores():
+    X = tl.placeholder((512, 512), "float32", name="X")
+    Y = tl.compute((512, 512), lambda i, j: tl.exp(X[i, j]) * 2.0, name="Y")
+    serial = tl.create_schedule(Y)
+    par = tl.create_schedule(Y)
+    par[Y].parallel(par[Y].op.axis[0])
+    a, b = (cost.estimate(s, "aarch64") for s in (serial, par))     # 4 cores
+    assert b.statements[0].cores == 4 and a.statements[0].cores == 1
+    assert b.seconds < a.seconds / 2
+
+
+def test_a_recurrence_along_the_inner_loop_is_a_latency_chain():
+    """Y[i, j] = X[i, j] + Y[i, j - 1] / 2 with j innermost waits for each element; with a
+    tile of rows innermost the rows' chains overlap (isl's dependence deltas say which
+    loop carries the recurrence)."""
+    X = tl.placeholder((256, 256), "float32", name="X")
+    Y = tl.recurrence((256, 256), lambda y, i, j: X[i, j] + tl.if_then_else(
+        j >= 1, 0.5 * y[i, j - 1], 0.0), dtype="float32", name="Y")
+    along = tl.create_schedule(Y)                   # rows outer, j inner: a chain
+    rows = tl.create_schedule(Y)                    # a tile of 4 rows inside j
+    io, ii = rows[Y].split("i", factor=4)
+    rows[Y].reorder(io, "j", ii)
+    st = _statements(along)["Y"]
+    assert cost._carried(st, 1) and not cost._carried(st, 0)
+    st = _statements(rows)["Y"]
+    assert cost._carried(st, 1) and not cost._carried(st, 2)
+    assert cost.estimate(along, "llvm").seconds > 2 * cost.estimate(rows, "llvm").seconds
+
+
+def test_a_store_with_lanes_4k_apart_is_expensive():
+    """A rfactor whose vector lanes are the outermost axis of its partial sums (row-major
+    [16, rows]: lanes 4 KiB apart) thrashes one L1 set; kept per row it does not."""
+    X = tl.placeholder((1024, 1024), "float32", name="X")
+    k = tl.reduce_axis((0, 1024), name="k")
+    Y = tl.compute((1024,), lambda i: tl.sum(X[i, k], axis=k), name="Y")
+
+    def rf(per_row):
+        s = tl.create_schedule(Y)
+        ko, ki = s[Y].split(s[Y].op.reduce_axis[0], factor=16)
+        R = s.rfactor(Y, ki)
+        kk, *rest = s[R].op.axis
+        s[R].reorder(*rest, *s[R].op.reduce_axis, kk)
+        s[R].vectorize(kk)
+        if per_row:
+            s[R].compute_at(s[Y], s[Y].op.axis[0])
+        return cost.estimate(s, "llvm").seconds
+    assert rf(False) > 3 * rf(True)
+
+
+def test_b_beyond_the_last_level_cache_streams_from_dram_unless_its_panels_are_outer():
+    """The executor's rule for large matmuls (B's panels outermost when B overflows half
+    the last-level cache) agrees with the model's DRAM traffic."""
+    A, B, C = _matmul(4096, 4096, 4096)
+
+    def dram(panels_outer):
+        s = tl.create_schedule(C)
+        st = s[C]
+        io, jo, ii, ji = st.tile("i", "j", 4, 64)
+        if panels_outer:
+            st.reorder(jo, io)
+        return sum(c.traffic[2] for c in cost.estimate(s, "x86-64-v4").statements)
+    assert dram(False) > 4 * dram(True)
+
+
+def test_the_report_names_each_statement_and_its_bound():
+    A, B, C = _matmul(64, 64, 64)
+    rep = cost.estimate(tl.create_schedule(C), "llvm")
+    text = str(rep)
+    assert "C_update" in text and "blocks x" in text and "total" in text
+    assert rep.seconds == pytest.approx(sum(c.seconds for c in rep.statements))
+    assert {c.bound for c in rep.statements} <= {"compute", "L1", "L2", "DRAM"}
