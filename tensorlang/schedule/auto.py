@@ -123,12 +123,31 @@ def _is_output(s: Schedule, st) -> bool:
 
 
 def _reads_along(st, axis_name: str) -> bool:
-    """Whether some read of the stage has `axis_name` as its last index (contiguous)."""
+    """Whether some read of the stage moves along memory with `axis_name`: its last index
+    uses the axis (`j`, or `j + rq` in a convolution's window)."""
     from ..ir.expr import Load, Var
     from ..ir.visit import walk
 
-    return any(isinstance(e, Load) and e.indices and isinstance(e.indices[-1], Var)
-               and e.indices[-1].name == axis_name for e in walk(st.op.body))
+    return any(isinstance(e, Load) and e.indices and
+               any(isinstance(x, Var) and x.name == axis_name for x in walk(e.indices[-1]))
+               for e in walk(st.op.body))
+
+
+def _inline_odds(s: Schedule, st) -> float:
+    """How often a producer is inlined into its readers: usually; less often when that
+    would recompute a transcendental (softmax's exponentials, read twice) or put a
+    bounds test into a reduction's inner loop (a convolution's padded input)."""
+    from ..ir.expr import Call, Select
+    from ..ir.visit import walk
+
+    body = list(walk(st.op.body))
+    readers = [r for r in s.stages if any(t is st.op.output
+                                          for t in getattr(r.op, "input_tensors", ()))]
+    if any(isinstance(x, Select) for x in body) and any(r.op.reduce_axis for r in readers):
+        return 0.25
+    if any(isinstance(x, Call) for x in body):
+        return 0.3
+    return 0.7
 
 
 def sample(outputs, target, rng: random.Random) -> Schedule:
@@ -139,7 +158,7 @@ def sample(outputs, target, rng: random.Random) -> Schedule:
     lanes = tgt.vector_lanes(str(outs[0].dtype))
     for st in list(s.stages):                       # producers: inline, or placed later
         if not _is_output(s, st) and not st.op.reduce_axis and not st.op.is_recurrence \
-                and rng.random() < 0.7:
+                and rng.random() < _inline_odds(s, st):
             _try(st, "compute_inline")
     placed = []
     for st in reversed(list(s.stages)):

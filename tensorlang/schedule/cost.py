@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 
 import islpy as isl
 
-from ..ir.expr import Add, Call, Div, Expr, Load, Max, Min, Mul, Sub
+from ..ir.expr import (Add, And, Call, CmpOp, Div, Expr, Load, Max, Min, Mul, Not, Or,
+                       Select, Sub)
 from ..ir.stmt import LoopKind, Store
 from ..ir.visit import walk, walk_stmt
 from ..polyhedral.placement import loop_prefix
@@ -119,7 +120,8 @@ def _box(s: isl.Set) -> list[int]:
 
 def _arith(body) -> tuple[float, int]:
     """(instructions of one instance's arithmetic, loads) of a statement body: a multiply
-    feeding an add fuses; calls and divisions cost CALL_COST / 4."""
+    feeding an add fuses; calls cost CALL_COST, a division 4; a select and each compare
+    or mask operation of its condition 1."""
     ops, loads = 0.0, 0
     for x in walk_stmt(body):
         if not isinstance(x, Store):
@@ -128,6 +130,9 @@ def _arith(body) -> tuple[float, int]:
         for e in walk(x.value):
             if isinstance(e, Load):
                 loads += 1
+            if isinstance(e, (Select, CmpOp, And, Or, Not)):
+                ops += 1                # a bounds test: compares, mask logic, a blend
+                continue
             if not isinstance(e, Expr) or not e.dtype.is_float:
                 continue
             if isinstance(e, (Add, Sub)):
@@ -259,7 +264,9 @@ def _statement(st: _Stmt, tgt) -> StatementCost:
         v = min(lanes, trips[-1])
     autovec = 1
     carried = r >= 0 and _carried(st, r)
-    if v == 1 and r >= 0 and trips[r] >= lanes and not carried and _llvm_vectorises(st, r):
+    minmax = v == 1 and r >= 0 and trips[r] >= lanes and _minmax_along(st, r)
+    if v == 1 and r >= 0 and trips[r] >= lanes and not carried and \
+            (minmax or _llvm_vectorises(st, r)):
         autovec = lanes          # LLVM's vectoriser: one block does `lanes` iterations of r
     block = iters[-1] // iters[r + 1]
     ops, _ = _arith(e.stmt.body)
@@ -285,12 +292,13 @@ def _statement(st: _Stmt, tgt) -> StatementCost:
             # an accumulator updated across loop r: a dependent chain, in registers when it
             # is a local buffer (cache_write), else through memory (LLVM does not keep a
             # tensor's elements in registers across a loop: a store, then a load forwarded)
+            # — except a max or min along loop r, which LLVM vectorises into a register
             acc_vectors = max(1.0, _count(box) / v)
-            latency = FMA_LATENCY if local else FORWARD_LATENCY
+            latency = FMA_LATENCY if local or minmax else FORWARD_LATENCY
             chain = max(chain, latency * (block / v) / acc_vectors)
-            if local:
+            if local or minmax:
                 continue
-        if kept and local and not write and \
+        if kept and (local or minmax) and not write and \
                 any(w and mm is not m and nm == name for nm, w, _, mm, _ in st.accesses):
             continue                           # the accumulator's read
         vec = _count(box)
@@ -379,6 +387,17 @@ def _carried(st: _Stmt, r: int) -> bool:
                     along.fix_val(isl.dim_type.set, r, isl.Val.zero(deltas.get_ctx()))):
                 return True
     return False
+
+
+def _minmax_along(st: _Stmt, r: int) -> bool:
+    """A max or min reduction carried by loop r (softmax's row maximum as declared), which
+    LLVM's vectoriser takes: lane-wise maxima in a register, combined after the loop."""
+    stores = [x for x in walk_stmt(st.e.stmt.body) if isinstance(x, Store)]
+    if len(stores) != 1 or not isinstance(stores[0].value, (Max, Min)):
+        return False
+    kept = [m for _, w, _, m, _ in st.accesses if w and
+            st.footprint(m, r) == st.footprint(m, r - 1)]
+    return bool(kept)
 
 
 def _llvm_vectorises(st: _Stmt, r: int) -> bool:
