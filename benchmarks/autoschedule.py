@@ -110,6 +110,22 @@ def iir(m, n):
     return _te_op(build, hand)
 
 
+def wavefront(n):
+    def build():
+        X = tl.placeholder((n, n), "float32", name="X")
+        U = tl.recurrence((n, n), lambda u, i, j: X[i, j] + 0.5 * (
+            tl.if_then_else(i >= 1, u[i - 1, j], 0.0) +
+            tl.if_then_else(j >= 1, u[i, j - 1], 0.0)), dtype="float32", name="U")
+        return [X], U
+
+    def hand(s, U):           # 32 x 64 tiles, anti-diagonals of tiles in parallel
+        io, jo, ii, ji = s[U].tile("i", "j", 32, 64)
+        s[U].skew(io, jo, factor=1)
+        s[U].reorder(jo, io)
+        s[U].parallel(io)
+    return _te_op(build, hand)
+
+
 def depthwise(c, h):
     def build():
         X = tl.placeholder((1, c, h + 2, h + 2), "float32", name="X")
@@ -151,6 +167,7 @@ def operators(quick: bool) -> dict:
         "blur 3x3 1024": lambda: blur(30 if q else 1024),
         "heat stencil 64 steps x 4096": lambda: heat(64 if q else 4096, 8 if q else 64),
         "IIR filter 1024x1024": lambda: iir(16 if q else 1024, 20 if q else 1024),
+        "2-D recurrence 1024x1024": lambda: wavefront(24 if q else 1024),
         "layer norm 1024x1024": lambda: _layer_norm(q),
     }
 

@@ -4,8 +4,10 @@ Candidates are sampled from sketches over the landed primitives (as Ansor's sket
 stage, elementwise producers inlined or placed at a loop of their reader; a reduction with
 two or more spatial axes register-tiled (cache_write into a local tile of mr rows by nv
 vectors, the reduction outside the unrolled rows and vector columns, B optionally packed);
-a reduction along memory rfactored into vector partials; every other stage tiled with its
-last axis in vectors, an inner tile unrolled, the outer loops fused and parallel. Each
+a reduction along memory rfactored into vector partials; a recurrence carried along both
+of its last axes as a wavefront (tiles, the column tiles skewed by the row tiles and moved
+outside them, the row tiles of an anti-diagonal in parallel); every other stage tiled with
+its last axis in vectors, an inner tile unrolled, the outer loops fused and parallel. Each
 primitive is checked exactly by isl as it is applied; one that is refused (it would break a
 dependence, or its loop is too long to vectorise) is left out of the trace, so every
 candidate is legal and an illegal schedule is never built or measured.
@@ -169,7 +171,9 @@ def sample(outputs, target, rng: random.Random) -> Schedule:
         wide = len(spatial) >= 2 and (_extent(spatial[-1]) or 0) >= lanes and \
             _reads_along(st, spatial[-1].var.name)
         along = red and _reads_along(st, red[-1].var.name)
-        if red and wide and rng.random() < 0.75:
+        if st.op.is_recurrence and len(spatial) >= 2 and rng.random() < 0.4:
+            _wavefront(st, rng)
+        elif red and wide and rng.random() < 0.75:
             _register_tile(s, st, tgt, lanes, rng)
         elif red and (along and rng.random() < 0.8 or rng.random() < 0.3):
             _vector_partials(s, st, lanes, rng)
@@ -238,6 +242,25 @@ def _parallel_outer(st, rng: random.Random) -> None:
         if _try(st, "parallel", name) is not None or \
                 name not in [lp.name for lp in st.state.loops]:
             return
+
+
+def _wavefront(st, rng: random.Random) -> None:
+    """A recurrence whose last two axes both carry dependences (u[i, j] from u[i - 1, j]
+    and u[i, j - 1]): tiles of them, the column-tile loop skewed by the row-tile loop and
+    moved outside it, so the tiles of one anti-diagonal are independent and run in
+    parallel (isl checks each step; a recurrence that does not allow it keeps the steps
+    that were accepted, or falls back to parallel outer loops)."""
+    axes = [a.var.name for a in st.op.axis]
+    i, j = axes[-2], axes[-1]
+    tiled = _try(st, "tile", i, j, rng.choice([16, 32, 64]), rng.choice([16, 32, 64, 128]))
+    if tiled is None:
+        _parallel_outer(st, rng)
+        return
+    io, jo = f"{i}.outer", f"{j}.outer"
+    if _try(st, "skew", io, jo, factor=1) is None or \
+            _try(st, "reorder", *axes[:-2], jo, io) is None or \
+            _try(st, "parallel", io) is None:
+        _parallel_outer(st, rng)
 
 
 def _tile_vector(s: Schedule, st, lanes: int, rng: random.Random) -> None:

@@ -174,35 +174,55 @@ class _Stmt:
                 self.strides.append(strides.get(tid, ()))
 
     def _trips(self) -> list[int]:
-        """Values of each loop inside the first iteration of the loops around it; also
-        `constant`: whether the loop has that many at the last iteration too (LLVM sees a
-        constant trip count)."""
-        out, self.constant = [], []
+        """Values of each loop inside a representative iteration of the loops around it:
+        the middle one, chosen loop by loop (a full tile, and a full anti-diagonal of a
+        skewed wavefront, where the first iteration has one tile); `self.point` keeps it.
+        Also `constant`: whether the first and the last iterations have as many (LLVM sees
+        a constant trip count)."""
+        out, self.constant, self.point = [], [], []
         first = last = None
+        cur = self.prefix[-1].range() if self.n else None
         for d in range(self.n):
+            ext = _box(cur)
+            out.append(max(ext[d], 1) if ext else 1)
+            if cur is not None and not cur.is_empty():
+                lo, hi = _val(cur.dim_min_val(d)), _val(cur.dim_max_val(d))
+                mid = cur.fix_val(isl.dim_type.set, d, isl.Val(str((lo + hi) // 2)))
+                if mid.is_empty():                   # a stride: the first value instead
+                    lo_pt = cur.lexmin()
+                    mid = cur.fix_val(isl.dim_type.set, d, isl.Val(str(lo)))
+                    if mid.is_empty():
+                        mid = lo_pt
+                    self.point.append(lo)
+                else:
+                    self.point.append((lo + hi) // 2)
+                cur = mid
             r = self.prefix[d].range()
             ends = []
             for fixed in (first, last):
                 x = r
                 if fixed is not None:
                     x = r.intersect(fixed.insert_dims(isl.dim_type.set, d, 1))
-                ext = _box(x)
-                ends.append(max(ext[d], 1) if ext else 1)
+                e = _box(x)
+                ends.append(max(e[d], 1) if e else 1)
                 if fixed is first:
                     first = _first(x)
                 else:
                     last = x.lexmax() if not x.is_empty() else x
-            out.append(ends[0])
             self.constant.append(ends[0] == ends[1])
         return out
 
     def footprint(self, m: isl.Map, d: int) -> list[int]:
-        """Bounding box of the elements one (the first) iteration of loop d touches; d = -1:
-        the whole statement's."""
+        """Bounding box of the elements one (the representative) iteration of loop d
+        touches; d = -1: the whole statement's."""
         if d < 0:
             return _box(m.range())
-        first = _first(self.prefix[d].range())
-        inst = self.prefix[d].intersect_range(first).domain()
+        at = self.prefix[d].range()
+        for k in range(d + 1):
+            at = at.fix_val(isl.dim_type.set, k, isl.Val(str(self.point[k])))
+        if at.is_empty():
+            at = _first(self.prefix[d].range())
+        inst = self.prefix[d].intersect_range(at).domain()
         return _box(m.intersect_domain(inst).range())
 
 

@@ -62,8 +62,26 @@ def prefix(m, n):
     return [X], Y, lambda x: np.cumsum(x, axis=1)
 
 
+def grid(m, n):
+    """A recurrence carried along both axes (u[i, j] from u[i - 1, j] and u[i, j - 1]):
+    only anti-diagonals are parallel (the wavefront sketch)."""
+    X = tl.placeholder((m, n), "float32", name="X")
+    U = tl.recurrence((m, n), lambda u, i, j: X[i, j] + 0.5 * (
+        tl.if_then_else(i >= 1, u[i - 1, j], 0.0) + tl.if_then_else(j >= 1, u[i, j - 1], 0.0)),
+        dtype="float32", name="U")
+
+    def ref(x):
+        u = np.zeros_like(x)
+        for i in range(x.shape[0]):
+            for j in range(x.shape[1]):
+                u[i, j] = x[i, j] + 0.5 * ((u[i - 1, j] if i else 0) + (u[i, j - 1] if j else 0))
+        return u
+    return [X], U, ref
+
+
 PROGRAMS = {"matmul": (matmul, 3), "blur": (blur, 2), "row_sum": (row_sum, 2),
-            "col_sum": (col_sum, 2), "transpose": (transpose, 2), "prefix": (prefix, 2)}
+            "col_sum": (col_sum, 2), "transpose": (transpose, 2), "prefix": (prefix, 2),
+            "grid": (grid, 2)}
 
 
 def _check(s, ins, out, ref, shapes_rng):
@@ -178,3 +196,20 @@ def test_executor_takes_auto_schedules_through_the_log(tmp_path, monkeypatch):
     assert len((tmp_path / "ex.jsonl").read_text().splitlines()) >= 1
     with pytest.raises(G.GraphError, match="schedules"):
         G.Executor([y], schedules="fast")
+
+
+def test_a_recurrence_along_both_axes_gets_a_parallel_wavefront():
+    """Tiles skewed so that an anti-diagonal's tiles are independent: isl accepts the
+    skew and the parallel loop inside the wavefront loop, and the result is numpy's."""
+    ins, out, ref = grid(45, 70)
+    rng = random.Random(0)
+    for _ in range(40):
+        s = auto.sample([out], "llvm", rng)
+        if "skew" in s.trace_text() and "parallel" in s.trace_text():
+            break
+    else:
+        pytest.fail("no wavefront among 40 samples")
+    loops = [lp for lp in s[out].state.loops]
+    assert loops[0].name.endswith("j.outer") and loops[1].kind.name == "PARALLEL"
+    assert auto._lowers(s)
+    _check(s, ins, out, ref, np.random.default_rng(0))
