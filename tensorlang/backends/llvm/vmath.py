@@ -67,7 +67,63 @@ def exp_f32(b: ir.IRBuilder, x: ir.Value, declare, fast: bool = False) -> ir.Val
     """exp of a float32 scalar or vector, inline. `declare(name, ret, args)` gives an
     intrinsic's declaration. `fast` (fast math): a polynomial of one degree less and no
     edge selects — the clamp still gives +inf above the range and +0 below it, but NaN
-    becomes +0 and the error grows to a few ulp."""
+    becomes +0 and the error grows to a few ulp.
+
+    A vector takes a shorter path when every lane has |x| <= FAST_RANGE (results are
+    normal floats: 2^n is one exponent field, no clamp, no edge selects — about 40 % fewer
+    instructions; softmax's x - max lies there): one test of all lanes, and the full
+    computation in a rarely taken branch otherwise. Both give the same bits in that range
+    (a product by a power of two in the normal range is exact)."""
+    if fast or not isinstance(x.type, ir.VectorType):
+        return _exp_full(b, x, declare, fast)
+    t = x.type
+    suffix = f"v{t.count}f32"
+    fabs = declare(f"llvm.fabs.{suffix}", t, [t])
+    out_of_range = b.fcmp_unordered(">", b.call(fabs, [x]), _like(t, F32, FAST_RANGE))
+    mask = b.bitcast(out_of_range, ir.IntType(t.count))
+    with b.if_else(b.icmp_unsigned("!=", mask, ir.Constant(ir.IntType(t.count), 0)),
+                   likely=False) as (slow, quick):
+        with slow:
+            y_slow = _exp_full(b, x, declare, False)
+            slow_end = b.block
+        with quick:
+            y_quick = _exp_normal(b, x, declare)
+            quick_end = b.block
+    y = b.phi(t)
+    y.add_incoming(y_slow, slow_end)
+    y.add_incoming(y_quick, quick_end)
+    return y
+
+
+FAST_RANGE = 87.0        # |x| <= 87: n = round(x / ln 2) in [-126, 126], exp(x) normal
+
+
+def _exp_normal(b: ir.IRBuilder, x: ir.Value, declare) -> ir.Value:
+    """exp(x) for |x| <= FAST_RANGE (no NaN, no overflow, no subnormal result): the full
+    path's range reduction and polynomial, times 2^n built as one exponent field."""
+    t = x.type
+    it = _int_type(t)
+
+    def c(v):
+        return _like(t, F32, v)
+
+    suffix = f"v{t.count}f32"
+    rint = declare(f"llvm.rint.{suffix}", t, [t])
+    fma = declare(f"llvm.fmuladd.{suffix}", t, [t, t, t])
+    nf = b.call(rint, [b.fmul(x, c(LOG2E))])
+    r = b.call(fma, [nf, c(-LN2_HI), x])
+    r = b.call(fma, [nf, c(-LN2_LO), r])
+    p = c(POLY[0])
+    for k in POLY[1:]:
+        p = b.call(fma, [p, r, c(k)])
+    y = b.fadd(b.call(fma, [b.fmul(p, r), r, r]), c(1.0))
+    n = b.fptosi(nf, it)
+    scale = b.bitcast(b.shl(b.add(n, _like(t, I32, 127)), _like(t, I32, 23)), t)
+    return b.fmul(y, scale)
+
+
+def _exp_full(b: ir.IRBuilder, x: ir.Value, declare, fast: bool) -> ir.Value:
+    """exp over the whole float32 range (see the module's docstring)."""
     t = x.type
     it = _int_type(t)
 
