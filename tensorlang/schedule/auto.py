@@ -163,6 +163,9 @@ def sample(outputs, target, rng: random.Random) -> Schedule:
                 and rng.random() < _inline_odds(s, st):
             _try(st, "compute_inline")
     placed = []
+    # row statistics computed per row of the output (softmax, layer norm): those stages
+    # get no parallel loop of their own (they will run inside the output's)
+    per_row = _row_stages(s) if rng.random() < 0.6 else []
     for st in reversed(list(s.stages)):
         if st.inlined or st not in s.stages:
             continue
@@ -176,12 +179,12 @@ def sample(outputs, target, rng: random.Random) -> Schedule:
         elif red and wide and rng.random() < 0.75:
             _register_tile(s, st, tgt, lanes, rng)
         elif red and (along and rng.random() < 0.8 or rng.random() < 0.3):
-            _vector_partials(s, st, lanes, rng)
+            _vector_partials(s, st, lanes, rng, parallel=st not in per_row)
         else:
-            _tile_vector(s, st, lanes, rng)
+            _tile_vector(s, st, lanes, rng, parallel=st not in per_row)
         if not _is_output(s, st) and rng.random() < 0.5:
             placed.append(st)
-    if rng.random() < 0.5:
+    if per_row:
         _rows(s, rng)
     for st in placed:                               # a producer at a loop of its reader
         if st.inlined or st.state.attach is not None:
@@ -209,6 +212,17 @@ def _lowers(s: Schedule) -> bool:
         return False
 
 
+def _row_stages(s: Schedule) -> list:
+    """The stages `_rows` would place at the output's row loop: not the output, not
+    inlined, with the output's leading extents."""
+    out = s[s.outputs[0]]
+    if len(out.op.axis) < 2:
+        return []
+    lead = [_extent(a) for a in out.op.axis[:-1]]
+    return [st for st in s.stages if st is not out and not st.inlined and st.op.axis and
+            [_extent(a) for a in st.op.axis[:len(lead)]] == lead]
+
+
 def _rows(s: Schedule, rng: random.Random) -> None:
     """Row statistics at the output's row loop (softmax, layer norm): every stage whose
     leading axes are the output's is computed inside the output's first loop, readers
@@ -218,6 +232,8 @@ def _rows(s: Schedule, rng: random.Random) -> None:
         return
     lead = [_extent(a) for a in out.op.axis[:-1]]
     row = out.state.loops[0].name
+    if row != out.op.axis[0].var.name and not row.startswith(out.op.axis[0].var.name + "."):
+        return           # the row loop was fused with another: its rows are not whole
     for st in reversed(list(s.stages)):
         if st is out or st.inlined or st.state.attach is not None or not st.op.axis:
             continue
@@ -263,7 +279,8 @@ def _wavefront(st, rng: random.Random) -> None:
         _parallel_outer(st, rng)
 
 
-def _tile_vector(s: Schedule, st, lanes: int, rng: random.Random) -> None:
+def _tile_vector(s: Schedule, st, lanes: int, rng: random.Random,
+                 parallel: bool = True) -> None:
     spatial = [a.var.name for a in st.op.axis]
     red = [a.var.name for a in st.op.reduce_axis]
     if not spatial:
@@ -294,23 +311,26 @@ def _tile_vector(s: Schedule, st, lanes: int, rng: random.Random) -> None:
                 _try(st, "vectorize", vec)
             if inner and rng.random() < 0.5:
                 _try(st, "unroll", inner[0])
-    _parallel_outer(st, rng)
+    if parallel:
+        _parallel_outer(st, rng)
 
 
-def _vector_partials(s: Schedule, st, lanes: int, rng: random.Random) -> None:
+def _vector_partials(s: Schedule, st, lanes: int, rng: random.Random,
+                     parallel: bool = True) -> None:
     """A reduction along memory: its last reduce loop split by the lanes and rfactored,
     the partial sums accumulating in a vector."""
     red = st.op.reduce_axis
     ext = _extent(red[-1])
     if ext is None or ext < 2 * lanes or not _reads_along(st, red[-1].var.name):
-        _tile_vector(s, st, lanes, rng)
+        _tile_vector(s, st, lanes, rng, parallel)
         return
     ko, ki = (_try(st, "split", red[-1], factor=lanes) or (None, None))
     if ki is None:
         return
     rf = _try(s, "rfactor", st.op.output, ki)
     if rf is None:
-        _parallel_outer(st, rng)
+        if parallel:
+            _parallel_outer(st, rng)
         return
     rst = s[rf]
     kk, *rest = [a.var.name for a in rst.op.axis]
@@ -319,7 +339,8 @@ def _vector_partials(s: Schedule, st, lanes: int, rng: random.Random) -> None:
     main = s[st.op.output]
     if main.op.axis and rng.random() < 0.8:   # the partials per output element
         _try(rst, "compute_at", main, main.op.axis[-1].var.name)
-    _parallel_outer(main, rng)
+    if parallel:
+        _parallel_outer(main, rng)
 
 
 def _register_tile(s: Schedule, st, tgt, lanes: int, rng: random.Random) -> None:

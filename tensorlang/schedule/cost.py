@@ -301,7 +301,7 @@ def _statement(st: _Stmt, tgt) -> StatementCost:
             # each in its own line; a store whose lanes are a multiple of 4 KiB apart puts
             # them in one L1 set, which they thrash (m_rf[lane, row] of a rfactor with the
             # lanes outermost: ~350 cycles a vector measured)
-            moving = [k for k, x in enumerate(st.footprint(m, n - 2)) if x > 1]
+            moving = _moving(st, m)
             step = stride[moving[-1]] if moving and stride else size
             if step != size:
                 lanes_ = v if v > 1 else autovec
@@ -341,7 +341,8 @@ def _statement(st: _Stmt, tgt) -> StatementCost:
     if n and kinds[-1] is LoopKind.VECTORIZED and v > 1:
         # a row whose length the vector loop does not divide ends in a masked vector
         # (and a store that the next row's loads cannot forward from)
-        row = next((st.footprint(m, -1)[-1] for _, w, _, m, _ in st.accesses if w), 0)
+        row = next((st.footprint(m, -1)[-1] for _, w, _, m, _ in st.accesses if w and
+                    _moving(st, m) == [len(st.footprint(m, -1)) - 1]), 0)
         if row % v:
             cycles += rows / -(-row // v) * MASKED_CYCLES
     if autovec > 1:              # vector iterations, then the remainder one by one
@@ -407,6 +408,11 @@ def _carried(st: _Stmt, r: int) -> bool:
                     along.fix_val(isl.dim_type.set, r, isl.Val.zero(deltas.get_ctx()))):
                 return True
     return False
+
+
+def _moving(st: _Stmt, m: isl.Map) -> list[int]:
+    """The dimensions of an access that move with the innermost loop."""
+    return [k for k, x in enumerate(st.footprint(m, st.n - 2)) if x > 1]
 
 
 def _minmax_along(st: _Stmt, r: int) -> bool:
