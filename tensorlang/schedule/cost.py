@@ -248,11 +248,9 @@ def _bytes(box: list[int], itemsize: int) -> int:
     return n * itemsize
 
 
-def estimate(s, target) -> CostReport:
-    """The model's time of schedule `s` on `target` (see the module)."""
-    from ..target import Target
-
-    tgt = target if isinstance(target, Target) else Target.parse(target)
+def placed_statements(s) -> list[_Stmt]:
+    """The isl facts (trip counts, footprints, accesses) of every statement of schedule
+    `s` as placed, at its concrete sizes."""
     prog = s.program
     ctx = isl.Set(f"[{prog.ptext}] -> {{ : 1 = 1 }}")
     pl = prog.place({st.id: st.state for st in s.stages})
@@ -260,11 +258,15 @@ def estimate(s, target) -> CostReport:
     names = {k: b.name for k, b in prog.bufs.items()}
     itemsize = {k: b.dtype.itemsize for k, b in prog.bufs.items()}
     strides = {k: _strides(b) for k, b in prog.bufs.items()}
-    report = CostReport()
-    for e in pl.entries:
-        st = _Stmt(e, ctx, names, local_ids, itemsize, strides)
-        report.statements.append(_statement(st, tgt))
-    return report
+    return [_Stmt(e, ctx, names, local_ids, itemsize, strides) for e in pl.entries]
+
+
+def estimate(s, target) -> CostReport:
+    """The model's time of schedule `s` on `target` (see the module)."""
+    from ..target import Target
+
+    tgt = target if isinstance(target, Target) else Target.parse(target)
+    return CostReport([_statement(st, tgt) for st in placed_statements(s)])
 
 
 def _statement(st: _Stmt, tgt) -> StatementCost:

@@ -22,14 +22,7 @@ def _matmul(m, k, n):
 
 
 def _statements(s):
-    prog = s.program
-    ctx = isl.Set(f"[{prog.ptext}] -> {{ : 1 = 1 }}")
-    pl = prog.place({st.id: st.state for st in s.stages})
-    locals_ = {id(L.tensor) for L in pl.locals}
-    names = {k: b.name for k, b in prog.bufs.items()}
-    sizes = {k: b.dtype.itemsize for k, b in prog.bufs.items()}
-    strides = {k: cost._strides(b) for k, b in prog.bufs.items()}
-    return {e.orig: cost._Stmt(e, ctx, names, locals_, sizes, strides) for e in pl.entries}
+    return {st.e.orig: st for st in cost.placed_statements(s)}
 
 
 def _tiled_matmul(m, k, n, ti, tj, tk):
