@@ -20,7 +20,7 @@ from ...ir.expr import (
     IndexCheck, Load, Max, Min, Mul, Not, Or, Select, Sub, Var,
 )
 from ...ir.stmt import Allocate, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store
-from ...ir.visit import stmt_exprs, walk, walk_stmt
+from ...ir.visit import walk
 from .half import f16_to_f32, f32_to_f16, f64_to_f16, native_conversions
 from .registers import (
     MAX_GUARDED_UNROLL, REGISTER_ARRAY_BYTES, UNROLL_BUDGET, VECTOR_PAD, indexes,
@@ -680,75 +680,10 @@ class FunctionCodegen:
         b.position_at_end(end)
 
     def parallel_loop(self, s: For, lo: ir.Value) -> None:
-        """Outline the loop into `i32 fn(i64 task, closure*)` and run it on the thread pool.
+        """Outline the loop and run it on the thread pool (outline.py)."""
+        from .outline import emit_parallel_loop
 
-        Task t of T runs iterations [lo + t*n/T, lo + (t+1)*n/T): one contiguous chunk per
-        thread. The closure holds the bounds and every value and buffer the body uses.
-        """
-        b = self.builder
-        ext = self.to_i64(self.expr(s.extent), s.extent.dtype)
-        used_vars: set[str] = set()
-        used_bufs: dict[int, Buffer] = {}
-        for st in walk_stmt(s.body):
-            for e in stmt_exprs(st):
-                for x in walk(e):
-                    if isinstance(x, Var):
-                        used_vars.add(x.name)
-                    elif isinstance(x, Load):
-                        used_bufs.setdefault(id(x.buffer), x.buffer)
-            if isinstance(st, Store):
-                used_bufs.setdefault(id(st.buffer), st.buffer)
-        for buf in used_bufs.values():
-            for x in buf.shape:
-                used_vars.update(v.name for v in walk(x) if isinstance(v, Var))
-        names = sorted(n for n in used_vars if n in self.env and n != s.var.name)
-        bufs = [buf for k, buf in used_bufs.items() if k in self.ptrs]
-        fields = [I64, I64, I64] + [self.env[n].type for n in names] + \
-            [self.ptrs[id(x)].type for x in bufs]
-        st_t = ir.LiteralStructType(fields)
-        with b.goto_block(self.entry):
-            clo = b.alloca(st_t, name="closure")
-        if self.threads == AOT_THREADS:  # an object file: its runtime says how many
-            nthreads = b.call(self._declare("tl_aot_threads", I64, []), [])
-        else:
-            nthreads = ir.Constant(I64, self.threads)
-        ntasks = b.select(b.icmp_signed("<", ext, nthreads), ext, nthreads)
-        values = [lo, ext, ntasks] + [self.env[n] for n in names] + \
-            [self.ptrs[id(x)] for x in bufs]
-        for k, v in enumerate(values):
-            b.store(v, b.gep(clo, [ir.Constant(I32, 0), ir.Constant(I32, k)]))
-        fname = self.module.get_unique_name(f"{self.fn.name}.parallel")
-        fn = ir.Function(self.module, ir.FunctionType(I32, [I64, st_t.as_pointer()]), fname)
-        fn.linkage = "internal"
-        sub = FunctionCodegen.__new__(FunctionCodegen)
-        sub.module, sub.threads, sub.in_parallel, sub.vec = self.module, self.threads, True, None
-        sub.fp_flags, sub.half_native, sub.fast = self.fp_flags, self.half_native, self.fast
-        sub.kernel, sub.check_guard = self.kernel, None
-        sub.registers = list(self.registers)
-        sub.padded = set(self.padded)
-        sub.row_shape = dict(self.row_shape)
-        sub.fn, sub.ptrs, sub.env, sub.heap = fn, {}, {}, []
-        sub.entry = fn.append_basic_block("entry")
-        sub.builder = ir.IRBuilder(fn.append_basic_block("body"))
-        sb = sub.builder
-        task, arg = fn.args
-        got = [sb.load(sb.gep(arg, [ir.Constant(I32, 0), ir.Constant(I32, k)]))
-               for k in range(len(fields))]
-        for n, v in zip(names, got[3:]):
-            sub.env[n] = v
-        for x, v in zip(bufs, got[3 + len(names):]):
-            sub.ptrs[id(x)] = v
-        c_lo, c_ext, c_n = got[:3]
-        start = sb.add(c_lo, sb.sdiv(sb.mul(task, c_ext), c_n))
-        stop = sb.add(c_lo, sb.sdiv(sb.mul(sb.add(task, ir.Constant(I64, 1)), c_ext), c_n))
-        sub.serial_loop(s.var.name, start, stop, s.body)
-        sub.finish()
-        i8p = ir.IntType(8).as_pointer()
-        launcher = "tl_aot_launch" if self.threads == AOT_THREADS else "tl_parallel_launch"
-        launch = self._declare(launcher, I32, [i8p, i8p, I64])
-        r = b.call(launch, [b.bitcast(fn, i8p), b.bitcast(clo, i8p), ntasks])
-        with b.if_then(b.icmp_signed("!=", r, ir.Constant(I32, 0)), likely=False):
-            b.ret(r)
+        emit_parallel_loop(self, s, lo)
 
     @contextlib.contextmanager
     def allocated(self, buf: Buffer, ptr: ir.Value):
