@@ -162,6 +162,8 @@ class _Stmt:
         self.prefix = [loop_prefix(e.lmap, d + 1).intersect_domain(self.dom)
                        for d in range(self.n)]
         self.trips = self._trips()
+        self._feet: dict[tuple[int, int], list[int]] = {}    # footprint(m, d), computed once
+        self.recurrences: list[isl.Map] = []                 # self flow deps (placed_...)
         self.accesses = []                # (tensor name, is write, is local, map, bytes)
         self.strides = []                 # per access: bytes between neighbours, per dim
         for acc, write in ((e.reads, False), (e.writes, True)):
@@ -215,6 +217,12 @@ class _Stmt:
     def footprint(self, m: isl.Map, d: int) -> list[int]:
         """Bounding box of the elements one (the representative) iteration of loop d
         touches; d = -1: the whole statement's."""
+        key = (id(m), d)
+        if key not in self._feet:
+            self._feet[key] = self._footprint(m, d)
+        return self._feet[key]
+
+    def _footprint(self, m: isl.Map, d: int) -> list[int]:
         if d < 0:
             return _box(m.range())
         at = self.prefix[d].range()
@@ -251,14 +259,25 @@ def _bytes(box: list[int], itemsize: int) -> int:
 def placed_statements(s) -> list[_Stmt]:
     """The isl facts (trip counts, footprints, accesses) of every statement of schedule
     `s` as placed, at its concrete sizes."""
+    from .program import expand_dependences
+
     prog = s.program
     ctx = isl.Set(f"[{prog.ptext}] -> {{ : 1 = 1 }}")
-    pl = prog.place({st.id: st.state for st in s.stages})
+    states = {st.id: st.state for st in s.stages}
+    pl = prog.place(states)
+    deps = prog.deps if all(e.expand is None for e in pl.entries) else \
+        expand_dependences(prog, pl, states)[0]
     local_ids = {id(L.tensor) for L in pl.locals}
     names = {k: b.name for k, b in prog.bufs.items()}
     itemsize = {k: b.dtype.itemsize for k, b in prog.bufs.items()}
     strides = {k: _strides(b) for k, b in prog.bufs.items()}
-    return [_Stmt(e, ctx, names, local_ids, itemsize, strides) for e in pl.entries]
+    out = []
+    for e in pl.entries:
+        st = _Stmt(e, ctx, names, local_ids, itemsize, strides)
+        st.recurrences = [d.rel.intersect_params(ctx) for d in deps if d.kind == "RAW" and
+                          not d.reduction and d.src == d.dst == e.stmt.name]
+        out.append(st)
+    return out
 
 
 def estimate(s, target) -> CostReport:
@@ -388,27 +407,23 @@ def _as_compiled(st: _Stmt, kinds: list) -> list:
 
 
 def _carried(st: _Stmt, r: int) -> bool:
-    """Whether an element the statement writes is read by a later iteration of loop r
-    within the same iteration of the loops around it (a recurrence along loop r; a
-    reduction's accumulator, read and written at the same element, is not one)."""
-    writes = [(nm, m) for nm, w, _, m, _ in st.accesses if w]
-    for nm, w, _, m, _ in st.accesses:
-        for wn, wm in writes:
-            if w or nm != wn or m.is_equal(wm):
-                continue
-            dep = wm.apply_range(m.reverse())              # writer -> reader instances
-            lp = st.prefix[r]
-            loops = lp.reverse().apply_range(dep).apply_range(lp)
-            if loops.is_empty():
-                continue
-            deltas = loops.deltas()
-            same = isl.Set.universe(deltas.get_space())
-            for k in range(r):
-                same = same.fix_val(isl.dim_type.set, k, isl.Val.zero(deltas.get_ctx()))
-            along = deltas.intersect(same)
-            if not along.is_empty() and not along.is_equal(
-                    along.fix_val(isl.dim_type.set, r, isl.Val.zero(deltas.get_ctx()))):
-                return True
+    """Whether loop r carries one of the statement's own flow dependences (isl's, from
+    Program.deps): an element it writes is read by a later iteration of loop r within the
+    same iteration of the loops around it (a recurrence along loop r; a reduction's
+    updates are not one)."""
+    if r < 0:
+        return False
+    lp = st.prefix[r]
+    zero = isl.Val.zero(lp.get_ctx())
+    for rel in st.recurrences:
+        loops = lp.reverse().apply_range(rel).apply_range(lp)
+        if loops.is_empty():
+            continue
+        along = loops.deltas()
+        for k in range(r):
+            along = along.fix_val(isl.dim_type.set, k, zero)
+        if not along.is_subset(along.fix_val(isl.dim_type.set, r, zero)):
+            return True
     return False
 
 
