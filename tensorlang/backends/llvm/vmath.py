@@ -101,63 +101,39 @@ def exp_f32(b: ir.IRBuilder, x: ir.Value, declare, fast: bool = False) -> ir.Val
 FAST_RANGE = 87.0        # |x| <= 87: n = round(x / ln 2) in [-126, 126], exp(x) normal
 
 
-def _exp_normal(b: ir.IRBuilder, x: ir.Value, declare) -> ir.Value:
-    """exp(x) for |x| <= FAST_RANGE (no NaN, no overflow, no subnormal result): the full
-    path's range reduction and polynomial, times 2^n built as one exponent field."""
+def _reduced(b: ir.IRBuilder, x: ir.Value, declare, coeffs=POLY):
+    """(exp(r), n, the float type's 2^k builder) for x = n ln 2 + r, |r| <= ln 2 / 2:
+    the range reduction and polynomial both paths share."""
     t = x.type
-    it = _int_type(t)
+    m_ = _Math(b, t, declare)
+    c, ci = m_.c, m_.ci
+    nf = m_.intrinsic("rint", b.fmul(x, c(LOG2E)))
+    r = m_.intrinsic("fmuladd", nf, c(-LN2_HI), x)         # exact: n * LN2_HI has 8 bits
+    r = m_.intrinsic("fmuladd", nf, c(-LN2_LO), r)
+    p = m_.horner(coeffs, r)
+    y = b.fadd(m_.intrinsic("fmuladd", b.fmul(p, r), r, r), c(1.0))
 
-    def c(v):
-        return _like(t, F32, v)
+    def pow2(k):
+        return b.bitcast(b.shl(b.add(k, ci(127)), ci(23)), t)
+    return y, b.fptosi(nf, m_.it), pow2
 
-    suffix = f"v{t.count}f32"
-    rint = declare(f"llvm.rint.{suffix}", t, [t])
-    fma = declare(f"llvm.fmuladd.{suffix}", t, [t, t, t])
-    nf = b.call(rint, [b.fmul(x, c(LOG2E))])
-    r = b.call(fma, [nf, c(-LN2_HI), x])
-    r = b.call(fma, [nf, c(-LN2_LO), r])
-    p = c(POLY[0])
-    for k in POLY[1:]:
-        p = b.call(fma, [p, r, c(k)])
-    y = b.fadd(b.call(fma, [b.fmul(p, r), r, r]), c(1.0))
-    n = b.fptosi(nf, it)
-    scale = b.bitcast(b.shl(b.add(n, _like(t, I32, 127)), _like(t, I32, 23)), t)
-    return b.fmul(y, scale)
+
+def _exp_normal(b: ir.IRBuilder, x: ir.Value, declare) -> ir.Value:
+    """exp(x) for |x| <= FAST_RANGE (no NaN, no overflow, no subnormal result): times 2^n
+    built as one exponent field."""
+    y, n, pow2 = _reduced(b, x, declare)
+    return b.fmul(y, pow2(n))
 
 
 def _exp_full(b: ir.IRBuilder, x: ir.Value, declare, fast: bool) -> ir.Value:
     """exp over the whole float32 range (see the module's docstring)."""
-    t = x.type
-    it = _int_type(t)
-
-    def c(v):
-        return _like(t, F32, v)
-
-    def ci(v):
-        return _like(t, I32, v)
-
-    suffix = f"v{t.count}f32" if isinstance(t, ir.VectorType) else "f32"
-    rint = declare(f"llvm.rint.{suffix}", t, [t])
-    fmin = declare(f"llvm.minnum.{suffix}", t, [t, t])
-    fmax = declare(f"llvm.maxnum.{suffix}", t, [t, t])
-    xc = b.call(fmax, [b.call(fmin, [x, c(OVERFLOW + 1.0)]), c(UNDERFLOW - 1.0)])
-    fma = declare(f"llvm.fmuladd.{suffix}", t, [t, t, t])   # one instruction where FMA exists
-    nf = b.call(rint, [b.fmul(xc, c(LOG2E))])
-    r = b.call(fma, [nf, c(-LN2_HI), xc])                  # exact: n * LN2_HI has 8 bits
-    r = b.call(fma, [nf, c(-LN2_LO), r])
-    coeffs = POLY[1:] if fast else POLY
-    p = c(coeffs[0])
-    for k in coeffs[1:]:
-        p = b.call(fma, [p, r, c(k)])
-    y = b.fadd(b.call(fma, [b.fmul(p, r), r, r]), c(1.0))
-    n = b.fptosi(nf, it)
-    n1 = b.ashr(n, ci(1))
-    n2 = b.sub(n, n1)
-
-    def pow2(k):
-        return b.bitcast(b.shl(b.add(k, ci(127)), ci(23)), t)
-
-    y = b.fmul(b.fmul(y, pow2(n1)), pow2(n2))
+    m_ = _Math(b, x.type, declare)
+    c = m_.c
+    xc = m_.intrinsic("maxnum", m_.intrinsic("minnum", x, c(OVERFLOW + 1.0)),
+                      c(UNDERFLOW - 1.0))
+    y, n, pow2 = _reduced(b, xc, declare, POLY[1:] if fast else POLY)
+    n1 = b.ashr(n, m_.ci(1))
+    y = b.fmul(b.fmul(y, pow2(n1)), pow2(b.sub(n, n1)))
     if fast:
         return y
     y = b.select(b.fcmp_ordered(">", x, c(OVERFLOW)), c(float("inf")), y)
