@@ -29,17 +29,11 @@ def test_bench_writes_a_table_and_a_chart(tmp_path):
 def test_a_worker_checks_its_result_and_reports_missing_systems():
     got = bench.worker("matmul 127x781x253", "tensorlang", quick=True)
     assert got["value"] > 0
-    missing = [s for s in ("torch", "tvm", "halide") if _absent(s)]
+    missing = [s for s in ("torch", "tvm", "halide") if bench._absent(s)]
     for s in missing:
         assert bench.worker("E = D + (A+B)*C", s, quick=True)["skip"].startswith(
             "not installed")
     assert bench.worker("MLP SGD step", "tvm", quick=True)["skip"].startswith("no tvm version")
-
-
-def _absent(module: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(module) is None
 
 
 def test_peak_is_measured_and_unknown_kernels_are_refused(tmp_path):

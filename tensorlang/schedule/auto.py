@@ -185,7 +185,7 @@ def sample(outputs, target, rng: random.Random) -> Schedule:
         if not _is_output(s, st) and rng.random() < 0.5:
             placed.append(st)
     if per_row:
-        _rows(s, rng)
+        _rows(s, per_row)
     for st in placed:                               # a producer at a loop of its reader
         if st.inlined or st.state.attach is not None:
             continue
@@ -223,21 +223,18 @@ def _row_stages(s: Schedule) -> list:
             [_extent(a) for a in st.op.axis[:len(lead)]] == lead]
 
 
-def _rows(s: Schedule, rng: random.Random) -> None:
-    """Row statistics at the output's row loop (softmax, layer norm): every stage whose
-    leading axes are the output's is computed inside the output's first loop, readers
-    first, so each row is read from memory once."""
+def _rows(s: Schedule, stages: list) -> None:
+    """Row statistics at the output's row loop (softmax, layer norm): `stages` (from
+    `_row_stages`) are computed inside the output's first loop, readers first, so each
+    row is read from memory once."""
     out = s[s.outputs[0]]
-    if len(out.op.axis) < 2 or not out.state.loops:
+    if not out.state.loops:
         return
-    lead = [_extent(a) for a in out.op.axis[:-1]]
     row = out.state.loops[0].name
     if row != out.op.axis[0].var.name and not row.startswith(out.op.axis[0].var.name + "."):
         return           # the row loop was fused with another: its rows are not whole
-    for st in reversed(list(s.stages)):
-        if st is out or st.inlined or st.state.attach is not None or not st.op.axis:
-            continue
-        if [_extent(a) for a in st.op.axis[:len(lead)]] == lead:
+    for st in reversed(stages):
+        if not st.inlined and st.state.attach is None:
             _try(st, "compute_at", out, row)
 
 
