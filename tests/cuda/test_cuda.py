@@ -238,7 +238,7 @@ def wide_index():
 
 
 def test_index_arithmetic_is_32_bit_only_where_the_sizes_allow_it():
-    from tensorlang.backends.cuda.codegen import fits_int32
+    from tensorlang.backends.cuda.index_width import fits_int32
 
     s, args, _ = sgemm()
     (launch,) = tl.build(s, args, target="cuda").cuda.launches

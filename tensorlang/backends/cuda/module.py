@@ -16,7 +16,8 @@ from ...config import debug_print
 from ...errors import IndexBoundsError, ScheduleError, TensorlangError
 from ...ir.expr import Expr
 from ..runtime import size_value
-from .codegen import ERROR_RECORD_LEN, fits_int32, generate, plan
+from .codegen import ERROR_RECORD_LEN, generate, plan
+from .index_width import fits_int32
 from .nvptx import DEFAULT_ARCH, check_arch, compile_ptx
 
 
