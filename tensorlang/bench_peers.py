@@ -215,46 +215,61 @@ def halide_layer_norm(x, y, vec=16, rows=64, eps=1e-5):
     return _halide_rows(Y, (s1, s2), X, x, y, r, (i, j, ii, u), vec)
 
 
-def tvm_conv2d(x, w, y, kt=4, vec=16, nv=4):
-    """Direct NCHW conv2d (pad 1) with the register-blocked schedule tensorlang's executor
-    uses, written for TVM: kt output channels x nv vectors of columns accumulate in a
-    cache_write tile over (c, kh, kw), the padded input its own vectorised stage, channel
-    tiles in parallel."""
-    import tvm
-    from tvm import s_tir, te
+def tvm_conv2d(x, w, y, block=16, reg_n=28):
+    """TVM's tuned x86 conv2d: topi.nn.conv2d_NCHWc with the AVX-512 fallback config of
+    its (removed) x86 schedule, ported to s_tir as in shared/anchors/cpu/conv.py — input
+    channels and output channels in blocks of 16, reg_n output columns (the largest
+    divisor of the width up to 28) in registers per tile, parallel over (channel block,
+    output row). NCHW in and out: the data packing and the output unpacking run inside the
+    timed function; the kernel is packed beforehand (a constant in a network, as after
+    TVM's AlterOpLayout). Falls back to block 8 when 16 does not divide the channels."""
+    from tvm import s_tir, te, topi
 
     nb, c, h, wd = x.shape
     k = w.shape[0]
+    while block > 1 and (c % block or k % block):
+        block //= 2
+    reg_n = max(d for d in range(1, min(reg_n, wd) + 1) if wd % d == 0)
     X = te.placeholder(x.shape, name="X")
-    W = te.placeholder(w.shape, name="W")
-    P = te.compute((nb, c, h + 2, wd + 2), lambda a, b, i, j: te.if_then_else(
-        te.all(i >= 1, i <= h, j >= 1, j <= wd), X[a, b, i - 1, j - 1],
-        tvm.tirx.const(0.0, "float32")), name="P")
-    rc, ry, rx = (te.reduce_axis((0, c), "rc"), te.reduce_axis((0, 3), "ry"),
-                  te.reduce_axis((0, 3), "rx"))
-    Y = te.compute((nb, k, h, wd), lambda a, o, i, j: te.sum(
-        P[a, rc, i + ry, j + rx] * W[o, rc, ry, rx], axis=[rc, ry, rx]), name="Y")
-    sch = s_tir.Schedule(te.create_prim_func([X, W, Y]))
-    blk = sch.get_sblock("Y")
-    cc = sch.cache_write(blk, 0, "global")
-    a, o, i, j = sch.get_loops(cc)
-    # TVM reorders only loops with no guard between them: the column tile divides the
-    # width (56 -> 56, a vector of 56 lanes that LLVM splits into 4 registers)
-    jt = max(d for d in range(1, min(vec * nv, wd) + 1) if wd % d == 0)
-    oo, oi = sch.split(o, [None, kt])
-    jo, ji = sch.split(j, [None, jt])
-    sch.reorder(a, oo, i, jo, oi, ji)
-    sch.compute_at(blk, jo)
-    *_, lo, lj, lc, ly, lx = sch.get_loops(blk)
-    sch.reorder(lc, ly, lx, lo, lj)
-    sch.unroll(lo)
-    sch.vectorize(lj)
-    sch.vectorize(ji)
-    sch.parallel(oo)                     # before decompose_reduction, as TVM requires
-    sch.decompose_reduction(blk, lc)
-    pa, pb, pi, pj = sch.get_loops(sch.get_sblock("P"))
-    sch.parallel(sch.fuse(pa, pb))
-    return _tvm_run(sch, [x, w, y], y)
+    packed = te.compute((nb, c // block, h, wd, block),
+                        lambda n, cc, i, j, cb: X[n, cc * block + cb, i, j], name="data_vec")
+    Wk = te.placeholder((k // block, c // block, 3, 3, block, block), name="kernel_vec")
+    with _tvm_target():                   # topi.nn.conv2d_NCHWc reads the current target
+        conv = topi.nn.conv2d_NCHWc(packed, Wk, (1, 1), (1, 1), (1, 1), f"NCHW{block}c",
+                                    f"NCHW{block}c", "float32")
+    Y = te.compute((nb, k, h, wd), lambda n, o, i, j: conv[n, o // block, i, j, o % block],
+                   name="out")
+    sch = s_tir.Schedule(te.create_prim_func([X, Wk, Y]))
+    pad = sch.get_sblock("data_pad")
+    pn, pc, pi, _, pb = sch.get_loops(pad)
+    sch.vectorize(pb)
+    sch.parallel(sch.fuse(pn, pc, pi))
+    dn, dc, di, _, _ = sch.get_loops(sch.get_sblock("data_vec"))
+    sch.parallel(sch.fuse(dn, dc, di))
+    cblk = sch.get_sblock("conv2d_NCHWc")
+    wb = sch.cache_write(cblk, 0, "global")
+    on, oc, oi, oj = sch.get_loops(sch.get_sblock("out"))
+    ojo, oji = sch.split(oj, [None, reg_n])
+    oco, oci = sch.split(oc, [None, block])
+    sch.reorder(oco, oi, ojo, oji, oci)
+    rows = sch.fuse(on, oco, oi)
+    sch.vectorize(oci)
+    sch.parallel(rows)
+    sch.compute_at(wb, rows)             # TIR moves one block: the write-back first
+    wj, _ = sch.get_loops(wb)[-2:]
+    wjo, _ = sch.split(wj, [None, reg_n])
+    sch.vectorize(sch.get_loops(wb)[-1])
+    sch.compute_at(cblk, wjo)
+    j_, ob, ic, kh, kw = sch.get_loops(cblk)[-5:]
+    ico, ici = sch.split(ic, [None, block])
+    sch.reorder(ico, kh, kw, ici, j_, ob)
+    sch.vectorize(ob)
+    sch.unroll(j_)
+    sch.decompose_reduction(cblk, ico)
+    sch.vectorize(sch.get_loops(sch.get_sblock("conv2d_NCHWc_init"))[-1])
+    wpk = np.ascontiguousarray(w.reshape(k // block, block, c // block, block, 3, 3)
+                               .transpose(0, 2, 4, 5, 3, 1))
+    return _tvm_run(sch, [x, wpk, y], y)
 
 
 def halide_conv2d(x, w, y, kt=4, vec=16, nv=4):

@@ -18,7 +18,8 @@ import tensorlang as tl
 
 from ..errors import ScheduleError
 from ..config import tune_budget, tune_log
-from .cpu_schedules import default_schedule, register_tile  # noqa: F401 (the executor's API)
+from .cpu_schedules import conv_block, default_schedule, register_tile  # noqa: F401 (API)
+from .nnops import conv2d_blocked_te
 from .fusion import ANCHORS, fuse, inline_members, reads_tensor
 from .node import GraphError, Node, topological_order
 from .ops import OPS
@@ -151,7 +152,12 @@ def schedule_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "
         args = [ins[k] if src == "in" else tensors[k] for src, k in operands]
         arg_shapes = [shapes[k] if src == "in" else tshapes[k] for src, k in operands]
         out_shape = tuple(OPS[op].shape(*arg_shapes, **kw))
-        t, kind = OPS[op].te(args, arg_shapes, out_shape, **kw)
+        block = conv_block(out_shape, arg_shapes[1], str(args[0].dtype)) \
+            if op == "conv2d" and target not in GPU_TARGETS else None
+        if block is not None:       # channels in vectors (NCHW[x]c), see cpu_schedules
+            t, kind = conv2d_blocked_te(args, arg_shapes, out_shape, block=block[0], **kw)
+        else:
+            t, kind = OPS[op].te(args, arg_shapes, out_shape, **kw)
         tensors.append(t)
         tshapes.append(out_shape)
         kinds.append(kind)

@@ -116,6 +116,32 @@ def conv2d_te(ts, shapes, out, stride, padding):
         name="out"), "conv2d"
 
 
+def conv2d_blocked_te(ts, shapes, out, stride, padding, block):
+    """conv2d with the output channels in blocks of `block` innermost (NCHW[block]c, as
+    TVM's conv2d_NCHWc and oneDNN's blocked formats): the weights packed to
+    [K/block, C, kh, kw, block] (zeros past K), the conv computed into
+    [n, K/block, oh, ow, block], and the NCHW output read from it. A vector over the
+    block's channels is then one contiguous load of weights and one accumulator per output
+    column, fed by broadcasts of the input — the CPU executor's form when the channels
+    fill vectors better than the output columns do (`cpu_schedules.conv_block`)."""
+    x, w = ts
+    (_, c, _, _), (k, _, kh, kw) = shapes
+    nb, _, oh, ow = out
+    kb = -(-k // block)
+    xp = _padded(x, shapes[0], padding)
+    zero = tl.const(0.0, w.dtype)
+    wp = tl.compute((kb, c, kh, kw, block), lambda ko, b, p, q, ki: tl.if_then_else(
+        ko * block + ki < k, w[ko * block + ki, b, p, q], zero) if kb * block > k
+        else w[ko * block + ki, b, p, q], name="wpack")
+    rc, rp, rq = (tl.reduce_axis((0, c), "rc"), tl.reduce_axis((0, kh), "rp"),
+                  tl.reduce_axis((0, kw), "rq"))
+    blocked = tl.compute((nb, kb, oh, ow, block), lambda n, ko, i, j, ki: tl.sum(
+        xp[n, rc, i * stride + rp, j * stride + rq] * wp[ko, rc, rp, rq, ki],
+        axis=[rc, rp, rq]), name="conv_blocked")
+    return tl.compute(out, lambda n, o, i, j: blocked[n, o // block, i, j, o % block],
+                      name="out"), "conv2d"
+
+
 def conv2d_bx_te(ts, shapes, out, stride, padding):
     g, w = ts[0], ts[1]
     (_, o, oh, ow), (_, _, kh, kw) = shapes[0], shapes[1]

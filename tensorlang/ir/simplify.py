@@ -207,8 +207,42 @@ def rule_min_plus_const(e: Expr) -> Expr | None:
     return None
 
 
+def rule_mod_multiples(e: Expr) -> Expr | None:
+    """(a * m + b) % m -> b % m and (a * m + b) // m -> a + b // m on integers (floor
+    division and modulo, m > 0): terms whose coefficient is a multiple of m leave the
+    modulo whole and the quotient as their multiple. Exact for any integers a, b; it turns
+    a tile position such as (i * 32 + j - (6 * i + 6) // 7 * 32) % 32 into j % 32, which
+    LLVM then folds per lane (a position it cannot see is constant keeps a tile out of
+    registers)."""
+    if not isinstance(e, (FloorMod, FloorDiv)) or not e.dtype.is_int or \
+            e.dtype.is_unsigned or e.dtype.lanes != 1:
+        return None
+    x, m = e.a, e.b
+    if not isinstance(m, Const) or int(m.value) <= 0 or not isinstance(x, (Add, Sub, Mul)):
+        return None
+    m = int(m.value)
+    terms: dict = {}
+    consts: list[int] = []
+    _linear_terms(x, 1, terms, consts)
+    out_terms = [(t, c) for t, c in terms.values() if c != 0 and c % m == 0]
+    k = sum(consts)
+    if not out_terms and 0 <= k < m:
+        return None
+    d = e.dtype
+    rest: Expr = Const(k % m, d)
+    for t, c in terms.values():
+        if c != 0 and c % m != 0:
+            rest = Add(rest, t if c == 1 else Mul(t, Const(c, d), d), d)
+    if isinstance(e, FloorMod):
+        return FloorMod(rest, Const(m, d), d)
+    q: Expr = Const(k // m, d)
+    for t, c in out_terms:
+        q = Add(q, t if c == m else Mul(t, Const(c // m, d), d), d)
+    return Add(q, FloorDiv(rest, Const(m, d), d), d)
+
+
 SIMPLIFY = (rule_fold_consts, rule_add_zero, rule_mul_one, rule_reassociate_consts, rule_logic,
-            rule_linear, rule_sub_negative, rule_min_plus_const)
+            rule_linear, rule_sub_negative, rule_min_plus_const, rule_mod_multiples)
 
 
 def apply_rules(e: Expr, rules=SIMPLIFY) -> Expr | None:

@@ -533,8 +533,14 @@ def _rewrite_local(prog, entries: list[Entry], L: LocalBuffer) -> None:
     pvars = {f"{PREFIX}{j}": Var(f"{PREFIX}{j}", int64) for j in range(L.n_prefix)}
     offs = [pw_aff_expr(o, pvars, prog.params, names=list(pvars)) for o in L.offsets]
 
+    # a dimension of extent 1 is index 0 (every access lies in the footprint): said
+    # outright, not as a difference of two quasi-affine forms of fused loops that LLVM
+    # cannot prove equal (a variable index keeps the tile out of registers)
+    unit = [isinstance(e, Const) and e.value == 1 for e in L.buffer.shape]
+
     def shift(idx):
-        return tuple(simplify(x - o) for x, o in zip(idx, offs))
+        return tuple(Const(0, x.dtype) if u else simplify(x - o)
+                     for x, o, u in zip(idx, offs, unit))
 
     def load(y):
         if isinstance(y, Load) and y.buffer is L.tensor:

@@ -186,3 +186,55 @@ def test_b_panels_outermost_match_numpy(monkeypatch, m, k, n, rng):
     (got,) = G.Executor([x @ y]).run({x: xv, y: yv})
     np.testing.assert_allclose(got, xv @ yv, rtol=1e-4, atol=1e-4 * math.sqrt(k))
     E._KERNELS.clear()
+
+
+AVX512 = tl.Target.parse("llvm -mcpu=x86-64-v4")
+AVX2 = tl.Target.parse("llvm -mcpu=x86-64-v3")
+
+
+@pytest.mark.parametrize("target,out_shape,w_shape,want", [
+    (AVX512, (1, 64, 56, 56), (64, 64, 3, 3), (16, 28)),     # ResNet-18 conv2_x
+    (AVX512, (1, 128, 28, 28), (128, 128, 3, 3), (16, 28)),
+    (AVX512, (1, 256, 14, 14), (256, 256, 3, 3), (16, 14)),
+    (AVX512, (1, 512, 7, 7), (512, 512, 3, 3), (16, 7)),
+    (AVX512, (1, 64, 224, 224), (64, 3, 3, 3), None),        # 27 MACs per output: scatter
+    (AVX512, (1, 64, 112, 112), (64, 64, 3, 3), None),       # planes too far apart
+    (AVX512, (1, 40, 56, 56), (40, 64, 3, 3), None),         # channels not whole vectors
+    (AVX512, (1, 64, 57, 57), (64, 64, 3, 3), None),         # 19 columns: LLVM spills
+    (AVX2, (1, 64, 56, 56), (64, 64, 3, 3), (8, 8)),
+])
+def test_conv_block_takes_the_channel_blocked_form_where_it_measured_faster(
+        target, out_shape, w_shape, want):
+    assert CS.conv_block(out_shape, w_shape, "float32", target) == want
+
+
+@pytest.mark.parametrize("n,c,k,stride,padding,epilogue", [
+    (14, 32, 32, 1, 1, False), (14, 32, 32, 1, 1, True), (16, 32, 48, 2, 1, True),
+    (7, 48, 16, 1, 0, False), (28, 32, 16, 1, 1, True)])
+def test_channel_blocked_conv2d_matches_numpy(n, c, k, stride, padding, epilogue, rng):
+    """The executor's NCHW[x]c conv (weights packed by vectors of output channels, a tile
+    of columns x channels in registers, bias + relu applied on the way out) against numpy,
+    in a batch of 2; the schedule is the blocked one whenever conv_block chooses it."""
+    from tensorlang.graph.nnops import conv2d_ref
+
+    x = G.Variable("x", (2, c, n, n), "float32")
+    w = G.Variable("w", (k, c, 3, 3), "float32")
+    b = G.Variable("b", (k, 1, 1), "float32")
+    node = G.conv2d(x, w, stride=stride, padding=padding)
+    if epilogue:
+        node = G.relu(node + b)
+    xv = rng.standard_normal((2, c, n, n)).astype("f4")
+    wv = rng.standard_normal((k, c, 3, 3)).astype("f4")
+    bv = rng.standard_normal((k, 1, 1)).astype("f4")
+    oh = (n + 2 * padding - 3) // stride + 1
+    blocked = CS.conv_block((2, k, oh, oh), (k, c, 3, 3), "float32") is not None
+    (group, s), = [g for g in E.default_schedules([node]) if g[0][-1].op != "variable"]
+    assert blocked == any(st.op.name == "conv_blocked" for st in s.stages)
+    if LANES == 16:     # AVX-512: each of these sizes takes the blocked form
+        assert blocked
+    feed = {x: xv, w: wv, b: bv} if epilogue else {x: xv, w: wv}
+    (got,) = G.Executor([node]).run(feed)
+    want = conv2d_ref(xv.astype("f8"), wv.astype("f8"), stride, padding)
+    if epilogue:
+        want = np.maximum(want + bv, 0)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * math.sqrt(c * 9))

@@ -58,3 +58,36 @@ def test_constant_folding_matches_python_semantics(a, b, op):
     want = {"add": a + b, "sub": a - b, "mul": a * b,
             "floordiv": a // b if b else 0, "mod": a % b if b else 0}[op]
     assert simplify(e).value == want
+
+
+def test_modulo_and_quotient_drop_multiples_of_the_divisor():
+    i, j = Var("i", int64), Var("j", int64)
+    tile = (i * 32 + j - ((i * 6 + 6) // 7) * 32) % 32   # a fused loop's tile position
+    assert str(simplify(tile)) == "j % 32"
+    assert str(simplify((i * 64 + j + 70) // 32)) == "i * 2 + 2 + (j + 6) // 32"
+    assert simplify((i * 64) % 32).value == 0
+    assert str(simplify((i * 3 + j) % 32)) == "(i * 3 + j) % 32"     # nothing to drop
+
+
+@given(st.integers(-500, 500), st.integers(-500, 500), st.integers(-40, 40),
+       st.integers(-40, 40), st.integers(-100, 100), st.integers(1, 40),
+       st.sampled_from(["floordiv", "mod"]))
+def test_dropping_multiples_keeps_python_floor_semantics(a, b, ca, cb, k, m, op):
+    """(ca * i + cb * (j // 3) + k) // m and % m, simplified, evaluated at i = a, j = b."""
+    i, j = Var("i", int64), Var("j", int64)
+    x = i * ca + (j // 3) * cb + k
+    e = x // m if op == "floordiv" else x % m
+    got = simplify(e)
+    val = ca * a + cb * (b // 3) + k
+    want = val // m if op == "floordiv" else val % m
+
+    def ev(t):
+        from tensorlang.ir.expr import Add, FloorDiv, FloorMod, Mul, Sub
+        if isinstance(t, Const):
+            return int(t.value)
+        if isinstance(t, Var):
+            return {"i": a, "j": b}[t.name]
+        f = {Add: lambda p, q: p + q, Sub: lambda p, q: p - q, Mul: lambda p, q: p * q,
+             FloorDiv: lambda p, q: p // q, FloorMod: lambda p, q: p % q}[type(t)]
+        return f(ev(t.a), ev(t.b))
+    assert ev(got) == want, (e, got)

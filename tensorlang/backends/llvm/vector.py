@@ -99,10 +99,12 @@ def lane_divmod(e: Expr, var: str, lanes: int) -> Expr:
         terms = _terms(x.a)
         mine = [t for t in terms if isinstance(t, Var) and t.name == var]
         rest = [t for t in terms if not (isinstance(t, Var) and t.name == var)]
-        if len(mine) != 1 or not rest or \
+        if len(mine) != 1 or \
                 any(isinstance(v, Var) and v.name == var for t in rest for v in walk(t)) or \
                 not all(_multiple_of(t, lanes) for t in rest):
             return None
+        if not rest:                # r = 0: the lanes 0 .. lanes - 1 lie in the first block
+            return Const(0, x.dtype) if isinstance(x, FloorDiv) else mine[0]
         r = rest[0]
         for t in rest[1:]:
             r = binary(Add, r, t)
