@@ -295,13 +295,12 @@ def _block_matmul(s: tl.Schedule, mm: tl.Tensor, out: tl.Tensor, parallel: bool)
     # B's panels outermost each panel is read once and A streams instead (213 GFLOPS,
     # 2-core Zen 4, 32 MiB L3). Below that size the row tiles stay outermost (awkward
     # widths measured 2-3x slower with the panels outermost: 1000^3, 127x781x253). A width
-    # that ends in a partial vector keeps the row tiles outermost too: the guarded tail
-    # panel, which LLVM does not unswitch inside the parallel panel loop, made 4100^3
-    # 73 GFLOPS against 96 with the rows outermost (a known cliff: README).
+    # that ends in a partial vector takes the panels outermost too since the tile's
+    # partial-vector tests are hoisted out of the k loop (`ir.unswitch.hoist_tile_guards`;
+    # left inside, they made 4100^3 73 GFLOPS).
     b_bytes = int(np.prod([int(x.value) for x in mm.op.input_tensors[-1].shape[-2:]])) * \
         mm.dtype.itemsize
-    panel_outer = packed is not None and 2 * b_bytes > _host().cache_bytes[2] and \
-        n % lanes == 0
+    panel_outer = packed is not None and 2 * b_bytes > _host().cache_bytes[2]
     if panel_outer:
         st.reorder(jo, io)
     s[local].compute_at(st, io if panel_outer else jo)

@@ -144,7 +144,12 @@ def schedule_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "
     ~/.cache/tensorlang/tuning.jsonl) with TL_TUNE_BUDGET seconds (default 10) per new
     kernel. `schedules="model"`: a record of the log when there is one, else the cost
     model's choice among the candidates sampled in TL_TUNE_BUDGET seconds (default 2),
-    nothing measured — quick, for a first run; `tensorlang tune` measures later."""
+    nothing measured — quick, for a first run; `tensorlang tune` measures later. Both
+    searches start from the hand-written schedule (a seed: `auto` measures it beside the
+    search's candidates, so a record is never slower than it as measured). The default
+    (`"default"`) is the hand-written schedule, or, when TL_TUNE_LOG names a log (as
+    `tensorlang tune script.py` sets it), `"auto"` through that log: a script tuned once
+    runs with the recorded schedules after."""
     ins = [tl.placeholder(s, d, name=f"in{k}") for k, (s, d) in enumerate(zip(shapes, dtypes))]
     tensors, tshapes, kinds = [], [], []
     for op, attrs, operands in members:
@@ -172,14 +177,18 @@ def schedule_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "
         anchor = None       # the output reads only the matmul's shape (an `unreduce`)
     kind = anchor_kind if anchor is not None else "rows" if kept else kinds[-1]
     if target in GPU_TARGETS:
-        s = gpu_schedule(out, kind, fresh, anchor)
-    elif schedules == "auto":
-        s = tl.auto_schedule(out, target=target, budget_s=tune_budget(10.0), log=_auto_log())
+        return gpu_schedule(out, kind, fresh, anchor), ins, out
+    hand = default_schedule(out, kind, _work(tshapes[-1], shapes), fresh, anchor)
+    if schedules == "default" and tune_log() is not None:
+        schedules = "auto"      # under `tensorlang tune` (TL_TUNE_LOG): tuned, recorded
+    if schedules == "auto":     # the hand schedule seeds the search: never slower than it
+        s = tl.auto_schedule(out, target=target, budget_s=tune_budget(10.0), log=_auto_log(),
+                             seeds=[hand])
     elif schedules == "model":
         s = tl.auto_schedule(out, target=target, budget_s=tune_budget(MODEL_BUDGET_S),
-                             log=_auto_log(), measure_on_host=False)
+                             log=_auto_log(), measure_on_host=False, seeds=[hand])
     else:
-        s = default_schedule(out, kind, _work(tshapes[-1], shapes), fresh, anchor)
+        s = hand
     return s, ins, out
 
 

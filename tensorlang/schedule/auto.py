@@ -457,12 +457,26 @@ def replay_trace(outputs, trace: list[TraceEntry]) -> Schedule:
 # ------------------------------------------------------------------------------ search
 def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=None,
                   measure_on_host: bool | None = None, seed: int = 0,
-                  progress: bool = False) -> Schedule:
+                  progress: bool = False, seeds=()) -> Schedule:
     """A schedule for `outputs` found by search (see the module). Sizes must be constant.
     `measure_on_host` (default: when the target runs here) times the best predicted
     candidates; otherwise the model alone chooses. `log` (or $TL_TUNE_LOG) is a JSON-lines
-    tuning log to reuse and extend."""
+    tuning log to reuse and extend. `seeds`: schedules of the same outputs (a hand-written
+    one, an earlier record) that join the candidates — measured first, and mutated like
+    any other when one is the fastest — so that the result is never slower than them as
+    measured (TVM's MetaSchedule and Ansor start their searches from such schedules too)."""
     outs = _outputs(outputs)
+    seed_traces = []
+    for k, sd in enumerate(seeds):
+        if not isinstance(sd, Schedule):
+            raise TensorlangError(f"auto_schedule: seeds[{k}] must be a Schedule of the same "
+                                  f"outputs, got {type(sd).__name__}")
+        try:
+            replay_trace(outs, list(sd.trace))
+        except TensorlangError as e:
+            raise TensorlangError(f"auto_schedule: seeds[{k}] does not replay on these "
+                                  f"outputs ({e})") from None
+        seed_traces.append(list(sd.trace))
     tgt = _target(target)
     if budget_s is None:
         budget_s = tune_budget(30.0)
@@ -492,6 +506,12 @@ def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=Non
     seen: dict[str, Candidate] = {}
     base = create_schedule(outs)
     seen[""] = Candidate([], predict(base, tgt))         # the declared loop nest
+    seeded = []
+    for tr in seed_traces:
+        text = "\n".join(str(t) for t in tr)
+        if text not in seen:
+            seen[text] = Candidate(tr, predict(replay_trace(outs, tr), tgt))
+            seeded.append(seen[text])
     sample_budget = budget_s * (0.4 if measure_on_host else 1.0)
     tries = 0
     while len(seen) < SAMPLES and time.perf_counter() - t0 < sample_budget and \
@@ -508,14 +528,15 @@ def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=Non
     cands = sorted(seen.values(), key=lambda c: c.predicted)
     result.candidates = cands
     if measure_on_host:
-        todo = [seen[""]] + [c for c in cands if c.trace][:max(MEASURE_TOP, len(cands))]
+        todo = [seen[""]] + seeded + [c for c in cands if c.trace and c not in seeded][
+            :max(MEASURE_TOP, len(cands))]
         bar = _progress(todo, progress)
         best = None
         for k, c in enumerate(bar):
-            if best is not None and (time.perf_counter() - t0 > 0.7 * budget_s or
-                                     k >= MEASURE_TOP and time.perf_counter() - t0 >
-                                     0.5 * budget_s):
-                break
+            if best is not None and k > len(seeded) and (
+                    time.perf_counter() - t0 > 0.7 * budget_s or
+                    k >= MEASURE_TOP and time.perf_counter() - t0 > 0.5 * budget_s):
+                break       # (the seeds are always measured)
             c.measured = measure(replay_trace(outs, c.trace), tgt)
             debug_print(1, f"auto_schedule: predicted {c.predicted * 1e3:.3f} ms, measured "
                            f"{c.measured * 1e3:.3f} ms\n{c.text}")

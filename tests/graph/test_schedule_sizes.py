@@ -169,13 +169,14 @@ def test_a_matmul_whose_b_overflows_the_last_level_cache_takes_b_panels_outermos
     """4096^2 floats of B (64 MiB) on a 32 MiB L3: the packed B panels are the outer,
     parallel loop (each panel read once); 1024^2 (4 MiB) keeps the row tiles outermost."""
     _small_caches(monkeypatch, 32 << 20)
-    for n, first in ((4096, "columns"), (1024, "rows")):
+    for n, first in ((4096, "columns"), (4100, "columns"), (1024, "rows")):
         x, y = G.Variable("x", (n, n), "float32"), G.Variable("y", (n, n), "float32")
         assert _first_loop(E.default_schedules([x @ y])) == (first, "PARALLEL"), n
     E._KERNELS.clear()
 
 
-@pytest.mark.parametrize("m,k,n", [(100, 96, 160), (7, 33, 64), (64, 64, 4100 // 41 * 16)])
+@pytest.mark.parametrize("m,k,n", [(100, 96, 160), (7, 33, 64), (64, 64, 4100 // 41 * 16),
+                                   (37, 50, 100), (9, 20, 1000 // 8 + 3)])
 def test_b_panels_outermost_match_numpy(monkeypatch, m, k, n, rng):
     _small_caches(monkeypatch, 16 << 10)        # every B "overflows": panels outermost
     x, y = G.Variable("x", (m, k), "float32"), G.Variable("y", (k, n), "float32")

@@ -91,3 +91,31 @@ def test_dropping_multiples_keeps_python_floor_semantics(a, b, ca, cb, k, m, op)
              FloorDiv: lambda p, q: p // q, FloorMod: lambda p, q: p % q}[type(t)]
         return f(ev(t.a), ev(t.b))
     assert ev(got) == want, (e, got)
+
+
+def test_hoisted_tile_guards_leave_the_full_tile_loop_without_tests():
+    """A k loop around an unrolled tile of 4 vectors, each tested for being whole
+    (`min(16, n - j * 16) == 16`): the conjunction of the 4 tests is tested once outside,
+    the loop under it has no test, and the loop as it was runs otherwise."""
+    from tensorlang.ir.expr import EQ, Min, compare
+    from tensorlang.ir.stmt import Buffer, For, If, LoopKind, Store
+    from tensorlang.ir.unswitch import hoist_tile_guards
+    from tensorlang.ir.visit import walk_stmt
+
+    jo, j, k, n = (Var(v, int64) for v in ("jo", "j", "k", "n"))
+    buf = Buffer("acc", (Const(64, int64),), float32)
+    full = compare(EQ, Min(Const(16, int64), n - j * 16), Const(16, int64))
+    tile = For(j, jo * 4, Const(4, int64), If(full, Store(buf, (j * 16 - jo * 64,), 1.0),
+                                               Store(buf, (Const(0, int64),), 2.0)),
+               LoopKind.UNROLLED)
+    loop = For(k, Const(0, int64), n, tile, LoopKind.SERIAL)
+    out = hoist_tile_guards(loop)
+    assert isinstance(out, If) and out.else_body is loop
+    assert not any(isinstance(x, If) for x in walk_stmt(out.then_body))
+    assert "jo * 4 + 3" in str(out.cond) and "k" not in str(out.cond).replace("jo", "")
+    # a test that changes with k stays where it is
+    inner = For(k, Const(0, int64), n, For(j, jo * 4, Const(4, int64), If(
+        compare(EQ, k + j, n), Store(buf, (Const(0, int64),), 1.0)), LoopKind.UNROLLED),
+        LoopKind.SERIAL)
+    assert hoist_tile_guards(inner) is not None and \
+        not isinstance(hoist_tile_guards(inner), If)

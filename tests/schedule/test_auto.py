@@ -213,3 +213,66 @@ def test_a_recurrence_along_both_axes_gets_a_parallel_wavefront():
     assert loops[0].name.endswith("j.outer") and loops[1].kind.name == "PARALLEL"
     assert auto._lowers(s)
     _check(s, ins, out, ref, np.random.default_rng(0))
+
+
+def _hand_matmul(out):
+    s = tl.create_schedule(out)
+    i, j = s[out].op.axis
+    (k,) = s[out].op.reduce_axis
+    io, jo, ii, ji = s[out].tile(i, j, 8, 16)
+    s[out].reorder(io, jo, k, ii, ji)
+    s[out].vectorize(ji)
+    return s
+
+
+def test_seeds_are_measured_and_the_result_is_never_slower_than_them():
+    """A hand schedule given as a seed is measured beside the search's candidates (always,
+    whatever the budget) and the result is at least as fast as measured; in model-only mode
+    it is one of the candidates the model ranks."""
+    ins, out, ref = matmul(96, 80, 128)
+    hand = _hand_matmul(out)
+    s = tl.auto_schedule(out, budget_s=3, seed=4, seeds=[hand])
+    res = s.auto
+    seeded = next(c for c in res.candidates if c.trace == list(hand.trace))
+    assert seeded.measured is not None and res.best.measured <= seeded.measured
+    _check(s, ins, out, ref, np.random.default_rng(2))
+    s2 = tl.auto_schedule(out, target="aarch64", budget_s=1, seed=4, seeds=[hand])
+    assert any(c.trace == list(hand.trace) for c in s2.auto.candidates)
+
+
+def test_seeds_must_be_schedules_of_the_same_outputs():
+    _, out, _ = matmul(16, 8, 16)
+    with pytest.raises(tl.TensorlangError, match=r"seeds\[0\] must be a Schedule"):
+        tl.auto_schedule(out, budget_s=1, seeds=["split"])
+    _, other, _ = blur(8, 8)                  # its stages are not the matmul's
+    s = tl.create_schedule(other)
+    s[other].vectorize(s[other].split(s[other].op.axis[1], factor=4)[1])
+    with pytest.raises(tl.TensorlangError, match=r"seeds\[0\] does not replay"):
+        tl.auto_schedule(out, budget_s=1, seeds=[s])
+
+
+def test_the_default_executor_is_tuned_and_recorded_under_a_tuning_log(tmp_path,
+                                                                        monkeypatch):
+    """With TL_TUNE_LOG set (as `tensorlang tune script.py` does), the executor's default
+    schedules are searched from the hand-written ones and recorded; the next executor of
+    the same graph replays the records."""
+    import tensorlang.graph as G
+    from tensorlang.graph import executor as E
+
+    log = tmp_path / "ex.jsonl"
+    monkeypatch.setenv("TL_TUNE_LOG", str(log))
+    monkeypatch.setenv("TL_TUNE_BUDGET", "1")
+    E._KERNELS.clear()
+    x, w = G.Variable("x", (20, 36)), G.Variable("w", (36, 28))
+    y = G.relu(x @ w)
+    xv = np.random.default_rng(0).standard_normal((20, 36)).astype("f4")
+    wv = np.random.default_rng(1).standard_normal((36, 28)).astype("f4")
+    (got,) = G.Executor([y]).run({x: xv, w: wv})
+    np.testing.assert_allclose(got, np.maximum(xv @ wv, 0), rtol=1e-4, atol=1e-4)
+    n = len(log.read_text().splitlines())
+    assert n >= 1
+    E._KERNELS.clear()
+    (again,) = G.Executor([y]).run({x: xv, w: wv})
+    np.testing.assert_allclose(again, got, rtol=1e-6, atol=1e-6)
+    assert len(log.read_text().splitlines()) == n          # replayed, not searched again
+    E._KERNELS.clear()

@@ -22,6 +22,7 @@ from ...ir.expr import (
 from ...ir.stmt import Allocate, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store
 from ...ir.visit import walk
 from .half import f16_to_f32, f32_to_f16, f64_to_f16, native_conversions
+from ...ir.unswitch import hoist_tile_guards
 from .registers import (
     MAX_GUARDED_UNROLL, REGISTER_ARRAY_BYTES, UNROLL_BUDGET, VECTOR_PAD, indexes,
     register_code_size,
@@ -768,9 +769,10 @@ def emit_function(module: ir.Module, name: str, buffers, params, body: Stmt,
         b = cg.builder
         with b.if_then(cg.expr(refuse), likely=False):
             b.ret(ir.Constant(I32, 2))
-    # (isl's partial-tile tests inside the k loop are left to LLVM's own unswitching: with
-    # register tiles promoted, hoisting them here quadrupled awkward-size builds, 0.9 ->
-    # 3.8 s at 127x781x253, for no measurable speed; the CUDA backend does hoist them)
-    cg.stmt(body)
+    # isl's partial-tile tests inside a reduction loop: their conjunction is tested once
+    # outside it (`hoist_tile_guards`: one copy of the loop without them). Hoisting each
+    # test separately (`unswitch`, as the CUDA backend does) quadrupled awkward-size builds,
+    # 0.9 -> 3.8 s at 127x781x253
+    cg.stmt(hoist_tile_guards(body))
     cg.finish()
     return cg.fn
