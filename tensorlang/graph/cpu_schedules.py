@@ -275,11 +275,16 @@ def _block_matmul(s: tl.Schedule, mm: tl.Tensor, out: tl.Tensor, parallel: bool)
         [int(r.extent.value) for r in mm.op.reduce_axis]))
     parallel = parallel or flops >= 1 << 16
     packed = None
-    if flops >= PACK_MIN_FLOPS and n > nv * lanes:
+    B = mm.op.input_tensors[-1]
+    b_bytes = int(np.prod([int(x.value) for x in B.shape[-2:]])) * mm.dtype.itemsize
+    if flops >= PACK_MIN_FLOPS and n > nv * lanes and \
+            (b_bytes > 2 * _host().cache_bytes[1] or not _rows_of_b_along_j(mm, B)):
         # B in panels of the tile's width (TVM's and Halide's packed B): the k loop then
         # reads one contiguous run per k instead of a row n floats away (1000^3: 120 -> 156
-        # GFLOPS; 1024^3: 140 -> 171, 2-core Zen 4)
-        B = mm.op.input_tensors[-1]
+        # GFLOPS; 1024^3: 140 -> 171, 2-core Zen 4). A B read along its rows that fits in
+        # two L2s is read in place: the copy cost more than it saved (measured in one
+        # process, 2-core Zen 4, 1 MiB L2: 512^3 219 -> 228 GFLOPS unpacked, 384^3 213 ->
+        # 228, 640^3 223 -> 227; 768^3 equal; 1000^3 219 packed against 212)
         packed = s.pack(B, len(B.shape) - 1, nv * lanes, readers=[s[mm]])
     local = s.cache_write(mm, "local")
     if mm is not out:
@@ -298,8 +303,6 @@ def _block_matmul(s: tl.Schedule, mm: tl.Tensor, out: tl.Tensor, parallel: bool)
     # that ends in a partial vector takes the panels outermost too since the tile's
     # partial-vector tests are hoisted out of the k loop (`ir.unswitch.hoist_tile_guards`;
     # left inside, they made 4100^3 73 GFLOPS).
-    b_bytes = int(np.prod([int(x.value) for x in mm.op.input_tensors[-1].shape[-2:]])) * \
-        mm.dtype.itemsize
     panel_outer = packed is not None and 2 * b_bytes > _host().cache_bytes[2]
     if panel_outer:
         st.reorder(jo, io)
@@ -320,6 +323,17 @@ def _block_matmul(s: tl.Schedule, mm: tl.Tensor, out: tl.Tensor, parallel: bool)
         s[packed].vectorize(s[packed].split(pa[-1], factor=lanes)[1])
         if parallel:
             s[packed].parallel(pa[0])
+
+
+def _rows_of_b_along_j(mm: tl.Tensor, B: tl.Tensor) -> bool:
+    """Whether the matmul reads B with the output's last axis as B's last index (B[k, j]:
+    a vector of j is contiguous), not transposed (B[j, k])."""
+    from ..ir.expr import Load, Var
+    from ..ir.visit import walk
+
+    j = mm.op.axis[-1].var
+    return all(isinstance(x.indices[-1], Var) and x.indices[-1].name == j.name
+               for x in walk(mm.op.body) if isinstance(x, Load) and x.buffer is B)
 
 
 def _block_conv(s: tl.Schedule, conv: tl.Tensor, out: tl.Tensor, parallel: bool) -> None:

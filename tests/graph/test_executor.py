@@ -265,9 +265,14 @@ def test_layer_norm_schedules_are_not_refused(monkeypatch, capsys):
 @pytest.mark.parametrize("shape_a,shape_b,tb", [((130, 200), (200, 150), False),
                                                 ((3, 90, 90), (90, 100), False),
                                                 ((2, 80, 100), (2, 150, 100), True)])
-def test_large_matmuls_read_B_packed_in_panels(shape_a, shape_b, tb):
-    """Above PACK_MIN_FLOPS the executor's matmul copies B into panels of the tile's width
-    (one contiguous run per k); results stay numpy's, batched and transposed too."""
+def test_large_matmuls_read_B_packed_in_panels(shape_a, shape_b, tb, monkeypatch):
+    """Above PACK_MIN_FLOPS, with B larger than two L2 caches (here: 16 KiB ones) or read
+    transposed, the executor's matmul copies B into panels of the tile's width (one
+    contiguous run per k); results stay numpy's, batched and transposed too."""
+    import tensorlang.target as T
+
+    monkeypatch.setattr(T, "_CACHES", [(32 << 10, 16 << 10, 1 << 20)])
+    executor._KERNELS.clear()
     members = (("matmul", (("ta", False), ("tb", tb)), (("in", 0), ("in", 1))),)
     mod, _ = executor.compile_group(members, (shape_a, shape_b), ("float32", "float32"))
     assert "_packed" in str(mod.lowered)
@@ -280,6 +285,11 @@ def test_large_matmuls_read_B_packed_in_panels(shape_a, shape_b, tb):
     small = executor.compile_group(members, ((7, 13), (13, 5)) if not tb else
                                    ((7, 13), (5, 13)), ("float32", "float32"))[0]
     assert "_packed" not in str(small.lowered)
+    monkeypatch.undo()
+    executor._KERNELS.clear()
+    if not tb:    # B within two (real) L2 caches, read along its rows: read in place
+        again = executor.compile_group(members, (shape_a, shape_b), ("float32", "float32"))[0]
+        assert "_packed" not in str(again.lowered)
 
 
 def test_run_writes_into_given_output_arrays_and_checks_them():

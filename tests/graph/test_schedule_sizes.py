@@ -150,7 +150,7 @@ def test_executor_matmul_built_for_avx2_uses_its_tile_and_matches_numpy(shape, m
 def _small_caches(monkeypatch, last_level: int):
     import tensorlang.target as T
 
-    monkeypatch.setattr(T, "_CACHES", [(32 << 10, 1 << 20, last_level)])
+    monkeypatch.setattr(T, "_CACHES", [(32 << 10, min(1 << 20, last_level), last_level)])
     E._KERNELS.clear()
 
 
