@@ -171,7 +171,12 @@ def test_a_matmul_whose_b_overflows_the_last_level_cache_takes_b_panels_outermos
     _small_caches(monkeypatch, 32 << 20)
     for n, first in ((4096, "columns"), (4100, "columns"), (1024, "rows")):
         x, y = G.Variable("x", (n, n), "float32"), G.Variable("y", (n, n), "float32")
-        assert _first_loop(E.default_schedules([x @ y])) == (first, "PARALLEL"), n
+        groups = E.default_schedules([x @ y])
+        assert _first_loop(groups) == (first, "PARALLEL"), n
+        # with the panels outermost, each panel is packed inside the panel loop (in L2)
+        (_, s), = groups
+        packed = next(st for st in s.stages if st.op.name.endswith("_packed"))
+        assert (packed.state.attach is not None) == (first == "columns"), n
     E._KERNELS.clear()
 
 
