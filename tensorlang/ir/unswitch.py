@@ -15,9 +15,9 @@ doubles with each).
 
 from __future__ import annotations
 
-from .expr import IndexCheck, Load, Var
-from .stmt import Allocate, Barrier, For, If, Let, Seq, Stmt, seq
-from .visit import walk, walk_stmt
+from .expr import And, Const, IndexCheck, Load, Var
+from .stmt import Allocate, Barrier, For, If, Let, LoopKind, Seq, Stmt, seq
+from .visit import map_children, walk, walk_stmt
 
 MAX_HOISTS = 2
 
@@ -61,16 +61,7 @@ def _find(s: Stmt, inner: set[str], thread_vars: set[str], barrier: bool):
 def _replace(s: Stmt, target: If, by: Stmt | None) -> Stmt:
     if s is target:
         return by if by is not None else Seq(())
-    if isinstance(s, Seq):
-        return seq(_replace(x, target, by) for x in s.stmts) if s.stmts else s
-    if isinstance(s, Let):
-        return Let(s.var, s.value, _replace(s.body, target, by))
-    if isinstance(s, Allocate):
-        return Allocate(s.buffer, _replace(s.body, target, by))
-    if isinstance(s, For):
-        return For(s.var, s.min, s.extent, _replace(s.body, target, by), s.kind,
-                   s.thread_tag, s.max_extent)
-    return s
+    return map_children(s, lambda x: _replace(x, target, by))
 
 
 def unswitch(s: Stmt, thread_vars: set[str] = frozenset()) -> Stmt:
@@ -113,12 +104,12 @@ def _hoist(loop: For, thread_vars, budget: int) -> Stmt:
 MAX_TILE_GUARDS = 64     # conditions folded into one hoisted test
 
 
-def _guards(s: Stmt, env: dict, inner: set[str], out: list) -> bool:
-    """Collect into `out` the conditions of the Ifs in `s` with every unrolled loop of
-    constant extent expanded (its variable replaced by each of its values, `env`): the
-    conditions that use no variable bound inside the hoisting loop except those. False
-    when some If's condition cannot be expanded so (it depends on the loop's own
-    iterations), or there are too many."""
+def _guards(s: Stmt, env: dict, inner: set[str], out: list, hit: set[int]) -> bool:
+    """Collect into `out` the conditions of the Ifs in `s` (and into `hit` those Ifs) with
+    every unrolled loop of constant extent expanded (its variable replaced by each of its
+    values, `env`): the conditions that use no variable bound inside the hoisting loop
+    except those. False when some If's condition cannot be expanded so (it depends on the
+    loop's own iterations), or there are too many."""
     from .simplify import simplify
     from .visit import substitute
 
@@ -132,49 +123,29 @@ def _guards(s: Stmt, env: dict, inner: set[str], out: list) -> bool:
             cases = [dict(c, **{name: v}) for c in cases for v in env[name]]
         for c in cases:
             out.append(simplify(substitute(cond, c)) if c else cond)
+        hit.add(id(s))
         if len(out) > MAX_TILE_GUARDS:
             return False
-        return _guards(s.then_body, env, inner, out)    # else: dropped when all hold
+        return _guards(s.then_body, env, inner, out, hit)   # else: dropped when all hold
     if isinstance(s, Seq):
-        return all(_guards(x, env, inner, out) for x in s.stmts)
+        return all(_guards(x, env, inner, out, hit) for x in s.stmts)
     if isinstance(s, (Let, Allocate)):
-        return _guards(s.body, env, inner, out)
+        return _guards(s.body, env, inner, out, hit)
     if isinstance(s, For):
-        from .expr import Const
-        from .stmt import LoopKind
-
         if s.kind is LoopKind.UNROLLED and isinstance(s.extent, Const) and \
                 int(s.extent.value) <= 16 and not (_names(s.min) & (inner - set(env))):
-            vals = []
-            for k in range(int(s.extent.value)):
-                vals.append(s.min + k)
-            return _guards(s.body, dict(env, **{s.var.name: vals}), inner, out)
+            vals = [s.min + k for k in range(int(s.extent.value))]
+            return _guards(s.body, dict(env, **{s.var.name: vals}), inner, out, hit)
         return not any(isinstance(x, If) for x in walk_stmt(s.body))
     return True
 
 
-def _assume(s: Stmt, env_names: set[str], inner: set[str]) -> Stmt:
-    """`s` with every If whose condition was collected by `_guards` taking its then-branch
-    (they all hold under the hoisted test)."""
-    if isinstance(s, If):
-        names = _names(s.cond)
-        if _pure(s.cond) and not names & (inner - env_names):
-            return _assume(s.then_body, env_names, inner)
-        return If(s.cond, _assume(s.then_body, env_names, inner),
-                  None if s.else_body is None else _assume(s.else_body, env_names, inner))
-    if isinstance(s, Seq):
-        return seq(_assume(x, env_names, inner) for x in s.stmts) if s.stmts else s
-    if isinstance(s, Let):
-        return Let(s.var, s.value, _assume(s.body, env_names, inner))
-    if isinstance(s, Allocate):
-        return Allocate(s.buffer, _assume(s.body, env_names, inner))
-    if isinstance(s, For):
-        from .stmt import LoopKind
-
-        names = env_names | ({s.var.name} if s.kind is LoopKind.UNROLLED else set())
-        return For(s.var, s.min, s.extent, _assume(s.body, names, inner), s.kind,
-                   s.thread_tag, s.max_extent)
-    return s
+def _assume(s: Stmt, hit: set[int]) -> Stmt:
+    """`s` with each If of `hit` replaced by its then-branch (they all hold under the
+    hoisted test)."""
+    if isinstance(s, If) and id(s) in hit:
+        return _assume(s.then_body, hit)
+    return map_children(s, lambda x: _assume(x, hit))
 
 
 def hoist_tile_guards(s: Stmt) -> Stmt:
@@ -186,37 +157,21 @@ def hoist_tile_guards(s: Stmt) -> Stmt:
     reduction loop on a dozen such tests; left inside, they made a matmul whose tiles run
     over a partial vector 2.5x slower (1000^3 with B's panels outermost: 78 against 211
     GFLOPS). Only the full tiles lose their tests; the loop stays the same otherwise."""
-    from .expr import And
     from .simplify import simplify
-    from .stmt import LoopKind
 
     def go(x: Stmt) -> Stmt:
-        if isinstance(x, Seq):
-            return seq(go(y) for y in x.stmts) if x.stmts else x
-        if isinstance(x, Let):
-            return Let(x.var, x.value, go(x.body))
-        if isinstance(x, Allocate):
-            return Allocate(x.buffer, go(x.body))
-        if isinstance(x, If):
-            return If(x.cond, go(x.then_body), None if x.else_body is None else go(x.else_body))
-        if not isinstance(x, For):
-            return x
-        if x.kind is not LoopKind.SERIAL:
-            return For(x.var, x.min, x.extent, go(x.body), x.kind, x.thread_tag,
-                       x.max_extent)
-        inner = _bound_inside(x) | {x.var.name}
+        if not isinstance(x, For) or x.kind is not LoopKind.SERIAL:
+            return map_children(x, go)
         conds: list = []
+        hit: set[int] = set()
         if not any(isinstance(y, For) and y.kind is LoopKind.UNROLLED
                    for y in walk_stmt(x.body)) or \
                 any(isinstance(y, Barrier) for y in walk_stmt(x.body)) or \
-                not _guards(x.body, {}, inner, conds) or not conds:
-            return For(x.var, x.min, x.extent, go(x.body), x.kind, x.thread_tag,
-                       x.max_extent)
+                not _guards(x.body, {}, _bound_inside(x) | {x.var.name}, conds, hit) or \
+                not conds:
+            return map_children(x, go)
         test = conds[0]
         for c in conds[1:]:
             test = And(test, c)
-        test = simplify(test)
-        fast = For(x.var, x.min, x.extent, _assume(x.body, set(), inner), x.kind,
-                   x.thread_tag, x.max_extent)
-        return If(test, fast, x)
+        return If(simplify(test), map_children(x, lambda b: _assume(b, hit)), x)
     return go(s)

@@ -8,7 +8,7 @@ from .expr import (
     And, BinaryOp, Call, Cast, CmpOp, Const, Expr, Load, Not, Or, Select, Var, binary, cast,
     compare, select,
 )
-from .stmt import Allocate, Barrier, For, If, Let, Seq, Stmt, Store
+from .stmt import Allocate, Barrier, For, If, Let, Seq, Stmt, Store, seq
 
 
 def rebuild(e: Expr, kids: tuple[Expr, ...]) -> Expr:
@@ -96,6 +96,22 @@ def map_stmt(s: Stmt, fexpr: Callable[[Expr], Expr],
         raise TypeError(f"unknown statement {type(x).__name__}")
 
     return go(s)
+
+
+def map_children(s: Stmt, f: Callable[[Stmt], Stmt]) -> Stmt:
+    """`s` with `f` applied to each statement directly inside it (a loop's, Let's or
+    Allocate's body, a Seq's statements, an If's branches); its own fields unchanged."""
+    if isinstance(s, For):
+        return For(s.var, s.min, s.extent, f(s.body), s.kind, s.thread_tag, s.max_extent)
+    if isinstance(s, Seq):
+        return seq(f(x) for x in s.stmts) if s.stmts else s
+    if isinstance(s, If):
+        return If(s.cond, f(s.then_body), None if s.else_body is None else f(s.else_body))
+    if isinstance(s, Let):
+        return Let(s.var, s.value, f(s.body))
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, f(s.body))
+    return s
 
 
 def stmt_exprs(s: Stmt) -> list[Expr]:
