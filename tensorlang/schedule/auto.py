@@ -51,6 +51,8 @@ class Candidate:
     trace: list[TraceEntry]
     predicted: float                     # seconds, the model's
     measured: float | None = None        # seconds, on the host
+    # the trace replayed, kept during the search so that it is replayed (isl-checked) once
+    schedule: Schedule | None = field(default=None, compare=False, repr=False)
 
     @property
     def text(self) -> str:
@@ -466,17 +468,6 @@ def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=Non
     any other when one is the fastest — so that the result is never slower than them as
     measured (TVM's MetaSchedule and Ansor start their searches from such schedules too)."""
     outs = _outputs(outputs)
-    seed_traces = []
-    for k, sd in enumerate(seeds):
-        if not isinstance(sd, Schedule):
-            raise TensorlangError(f"auto_schedule: seeds[{k}] must be a Schedule of the same "
-                                  f"outputs, got {type(sd).__name__}")
-        try:
-            replay_trace(outs, list(sd.trace))
-        except TensorlangError as e:
-            raise TensorlangError(f"auto_schedule: seeds[{k}] does not replay on these "
-                                  f"outputs ({e})") from None
-        seed_traces.append(list(sd.trace))
     tgt = _target(target)
     if budget_s is None:
         budget_s = tune_budget(30.0)
@@ -505,12 +496,20 @@ def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=Non
     t0 = time.perf_counter()
     seen: dict[str, Candidate] = {}
     base = create_schedule(outs)
-    seen[""] = Candidate([], predict(base, tgt))         # the declared loop nest
+    seen[""] = Candidate([], predict(base, tgt), schedule=base)   # the declared loop nest
     seeded = []
-    for tr in seed_traces:
-        text = "\n".join(str(t) for t in tr)
+    for k, sd in enumerate(seeds):
+        if not isinstance(sd, Schedule):
+            raise TensorlangError(f"auto_schedule: seeds[{k}] must be a Schedule of the same "
+                                  f"outputs, got {type(sd).__name__}")
+        try:
+            again = replay_trace(outs, list(sd.trace))
+        except TensorlangError as e:
+            raise TensorlangError(f"auto_schedule: seeds[{k}] does not replay on these "
+                                  f"outputs ({e})") from None
+        text = again.trace_text()
         if text not in seen:
-            seen[text] = Candidate(tr, predict(replay_trace(outs, tr), tgt))
+            seen[text] = Candidate(list(again.trace), predict(again, tgt), schedule=again)
             seeded.append(seen[text])
     sample_budget = budget_s * (0.4 if measure_on_host else 1.0)
     tries = 0
@@ -522,14 +521,15 @@ def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=Non
             continue
         text = s.trace_text()
         if text not in seen:
-            seen[text] = Candidate(list(s.trace), predict(s, tgt))
+            seen[text] = Candidate(list(s.trace), predict(s, tgt), schedule=s)
             debug_print(1, f"auto_schedule: candidate {len(seen)} predicted "
                            f"{seen[text].predicted * 1e3:.3f} ms")
     cands = sorted(seen.values(), key=lambda c: c.predicted)
     result.candidates = cands
     if measure_on_host:
-        todo = [seen[""]] + seeded + [c for c in cands if c.trace and c not in seeded][
-            :max(MEASURE_TOP, len(cands))]
+        todo = [seen[""]] + seeded + [c for c in cands if c.trace and
+                                      all(c is not x for x in seeded)][:max(MEASURE_TOP,
+                                                                            len(cands))]
         bar = _progress(todo, progress)
         best = None
         for k, c in enumerate(bar):
@@ -537,7 +537,7 @@ def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=Non
                     time.perf_counter() - t0 > 0.7 * budget_s or
                     k >= MEASURE_TOP and time.perf_counter() - t0 > 0.5 * budget_s):
                 break       # (the seeds are always measured)
-            c.measured = measure(replay_trace(outs, c.trace), tgt)
+            c.measured = measure(c.schedule, tgt)
             debug_print(1, f"auto_schedule: predicted {c.predicted * 1e3:.3f} ms, measured "
                            f"{c.measured * 1e3:.3f} ms\n{c.text}")
             if best is None or c.measured < best.measured:
@@ -545,15 +545,22 @@ def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=Non
             if hasattr(bar, "set_postfix"):
                 bar.set_postfix(best_ms=f"{best.measured * 1e3:.3f}")
         while best is not None and time.perf_counter() - t0 < budget_s:
-            child = _mutate(outs, best.trace, rng)       # evolve the fastest: new tile sizes
+            child = _mutate(best.trace, rng)              # evolve the fastest: new tile sizes
             if child is None:
                 continue
             text = "\n".join(str(t) for t in child)
             if text in seen:
                 continue
-            c = seen[text] = Candidate(child, predict(replay_trace(outs, child), tgt))
+            try:                        # a primitive may refuse the new factor: never measured
+                cs = replay_trace(outs, child)
+            except (ScheduleError, TensorlangError):
+                cs = None
+            if cs is None or not _lowers(cs):
+                seen[text] = Candidate(child, float("inf"))     # not tried again
+                continue
+            c = seen[text] = Candidate(child, predict(cs, tgt), schedule=cs)
             result.candidates.append(c)
-            c.measured = measure(replay_trace(outs, child), tgt)
+            c.measured = measure(cs, tgt)
             debug_print(1, f"auto_schedule: mutant predicted {c.predicted * 1e3:.3f} ms, "
                            f"measured {c.measured * 1e3:.3f} ms")
             if c.measured < best.measured:
@@ -561,6 +568,8 @@ def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=Non
         result.best = best
     else:
         result.best = cands[0]
+    for c in result.candidates:
+        c.schedule = None                   # the result keeps traces and times, not schedules
     s = replay_trace(outs, result.best.trace)
     if log is not None:
         _append_log(log, {"key": key, "target": str(tgt), "time": result.best.measured,
@@ -573,9 +582,9 @@ def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=Non
 FACTORS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 
 
-def _mutate(outs, trace: list[TraceEntry], rng: random.Random) -> list[TraceEntry] | None:
-    """The trace with one split or tile factor moved to a neighbouring value, or None when
-    the result does not replay (a primitive refused it: never measured)."""
+def _mutate(trace: list[TraceEntry], rng: random.Random) -> list[TraceEntry] | None:
+    """The trace with one split or tile factor moved to a neighbouring value (None when it
+    has none); the caller replays it, and drops it when a primitive refuses."""
     from .schedule import Call
 
     spots = [(k, a) for k, t in enumerate(trace)
@@ -596,11 +605,7 @@ def _mutate(outs, trace: list[TraceEntry], rng: random.Random) -> list[TraceEntr
         kwargs[a - len(args)] = (kwargs[a - len(args)][0], new)
     child = list(trace)
     child[k] = TraceEntry(t.stage, Call(t.call.prim, tuple(args), tuple(kwargs)))
-    try:
-        ok = _lowers(replay_trace(outs, child))
-    except (ScheduleError, TensorlangError):
-        return None
-    return child if ok else None
+    return child
 
 
 def _progress(items, show: bool):
