@@ -408,9 +408,9 @@ def _padded_input_stage(s: tl.Schedule, st, lanes: int, parallel: bool) -> None:
 def _block_conv_channels(s: tl.Schedule, conv: tl.Tensor, blocked: tl.Tensor,
                          out: tl.Tensor, parallel: bool) -> None:
     """The channel-blocked conv2d (`nnops.conv2d_blocked_te`; TVM's conv2d_NCHWc schedule):
-    each tile of rn output columns by `block` output channels accumulates in registers
-    (rn x block / lanes vectors) over (c, kh, kw) — every step loads the block's weights
-    as vectors and broadcasts rn input elements of one row (an FMA with a broadcast
+    each tile of rn output columns by `block` output channels (one vector: `conv_block`)
+    accumulates in rn registers over (c, kh, kw) — every step loads the block's weights
+    as a vector and broadcasts rn input elements of one row (an FMA with a broadcast
     operand on AVX-512). The tile is written to the NCHW output (and its epilogue) as
     vectors along the channels; (batch, channel blocks, output rows) run in parallel."""
     dtype = str(out.dtype)
@@ -429,7 +429,7 @@ def _block_conv_channels(s: tl.Schedule, conv: tl.Tensor, blocked: tl.Tensor,
             _padded_input_stage(s, st, lanes, parallel)
         elif name == "wpack":
             wa = st.op.axis
-            st.vectorize(wa[-1] if block <= lanes else st.split(wa[-1], factor=lanes)[1])
+            st.vectorize(wa[-1])
             if parallel and kb > 1:
                 st.parallel(wa[0])
     if conv is not out:
@@ -439,27 +439,16 @@ def _block_conv_channels(s: tl.Schedule, conv: tl.Tensor, blocked: tl.Tensor,
     ko, ki = st.split(o, factor=block)
     jo, ji = st.split(j, factor=rn)
     st.reorder(n, ko, i, jo, ji, ki)
-    if block > lanes:
-        kv_o, kv = st.split(ki, factor=lanes)
-        st.unroll(kv_o)
-    else:
-        kv = ki
-    st.vectorize(kv)
+    st.vectorize(ki)
     rows = st.fuse(st.fuse(n, ko), i)
     if parallel:
         st.parallel(rows)
     s[blocked].compute_at(st, jo)
     bt = s[blocked]
     a, b, c, d, e = bt.op.axis
-    if block > lanes:
-        eo, ei = bt.split(e, factor=lanes)
-        bt.reorder(a, b, c, *red, d, eo, ei)
-        bt.unroll(eo)
-    else:
-        ei = e
-        bt.reorder(a, b, c, *red, d, ei)
+    bt.reorder(a, b, c, *red, d, e)
     bt.unroll(d)
-    bt.vectorize(ei)
+    bt.vectorize(e)
 
 
 def _window_schedule(s: tl.Schedule, out: tl.Tensor, parallel: bool) -> None:
