@@ -31,7 +31,7 @@ from ...ir.expr import (
 from ...ir.stmt import (
     Allocate, Barrier, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store, joined_barriers,
 )
-from ...ir.visit import stmt_exprs, walk, walk_stmt
+from ...ir.visit import map_children, stmt_exprs, walk, walk_stmt
 from ...ir.unswitch import unswitch
 from ...polyhedral.placement import uses_buffer
 from ..llvm.vector import VectorContext
@@ -545,15 +545,7 @@ def _full_tiles(s: Stmt, registers: list[Buffer]) -> Stmt:
                           For(x.var, x.min, x.extent, body, x.kind, x.thread_tag,
                               x.max_extent))
             return For(x.var, x.min, x.extent, body, x.kind, x.thread_tag, x.max_extent)
-        if isinstance(x, Seq):
-            return Seq(tuple(go(y) for y in x.stmts))
-        if isinstance(x, If):
-            return If(x.cond, go(x.then_body), None if x.else_body is None else go(x.else_body))
-        if isinstance(x, Let):
-            return Let(x.var, x.value, go(x.body))
-        if isinstance(x, Allocate):
-            return Allocate(x.buffer, go(x.body))
-        return x
+        return map_children(x, go)
     return go(s)
 
 
