@@ -41,6 +41,7 @@ axes).
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,6 +52,16 @@ from .ops import OPS
 
 FOLD_MAX_ELEMENTS = 1 << 16
 MAX_REWRITES_PER_NODE = 32
+# readers of each node of the graph being rewritten (by the id of the node as rewritten; of
+# the most read copy where CSE merged copies), for rules that must not duplicate a shared
+# node; set by `rewrite`
+_READERS: ContextVar[dict[int, int] | None] = ContextVar("readers", default=None)
+
+
+def _shared(n: Node) -> bool:
+    """Whether `n` has other readers than the node being rewritten (unknown: yes)."""
+    readers = _READERS.get()
+    return readers is None or readers.get(n.id, 2) > 1
 
 
 @dataclass(frozen=True)
@@ -223,8 +234,11 @@ def rule_broadcast_late(n: Node) -> Node | None:
     """Broadcast minimisation: an elementwise op of broadcast values runs on the values
     before the broadcast — f(broadcast_to(x)) -> broadcast_to(f(x)), and f(broadcast_to(x),
     broadcast_to(y)) (or a scalar constant for one side) -> broadcast_to(f(x, y)). Exact:
-    the same values are computed, fewer times."""
+    the same values are computed, fewer times. Only when a broadcast it reads goes away
+    with it (no other reader): otherwise the graph would gain a broadcast."""
     if n.shape is None or not n.inputs:
+        return None
+    if not any(i.op == "broadcast_to" and not _shared(i) for i in n.inputs):
         return None
     if n.op in UNARY_ELEMENTWISE and n.inputs[0].op == "broadcast_to":
         x = n.inputs[0].inputs[0]
@@ -445,7 +459,26 @@ def rewrite(outputs, passes=DEFAULT_PASSES) -> tuple[list[Node], list[Fired]]:
         outputs, fired = merge_matmuls(outputs)
     new: dict[int, Node] = {}
     table: dict[object, Node] = {}
-    for n in topological_order(outputs):
+    order = topological_order(outputs)
+    readers: dict[int, int] = {}
+    for n in order:
+        for i in n.inputs:
+            readers[i.id] = readers.get(i.id, 0) + 1
+    for o in outputs:
+        readers[o.id] = readers.get(o.id, 0) + 1
+    uses: dict[int, int] = {}          # the same, by the id of each node as rewritten
+    token = _READERS.set(uses)
+    try:
+        _rewrite_nodes(order, rules, cse, new, table, fired, readers, uses)
+    finally:
+        _READERS.reset(token)
+    for f in fired:
+        debug_print(1, f"optimize: {f}")
+    return [new[o.id] for o in outputs], fired
+
+
+def _rewrite_nodes(order, rules, cse, new, table, fired, readers, uses) -> None:
+    for n in order:
         ins = tuple(new[i.id] for i in n.inputs)
         m = n if all(x is y for x, y in zip(ins, n.inputs)) else \
             Node(n.op, ins, n.kwargs, n.shape, n.dtype, n.name)
@@ -466,9 +499,9 @@ def rewrite(outputs, passes=DEFAULT_PASSES) -> tuple[list[Node], list[Fired]]:
             else:
                 table[k] = m
         new[n.id] = m
-    for f in fired:
-        debug_print(1, f"optimize: {f}")
-    return [new[o.id] for o in outputs], fired
+        # a node that CSE found twice counts the readers of one of its copies: the copies
+        # were separate nodes of the graph, each its own broadcast to move
+        uses[m.id] = max(uses.get(m.id, 0), readers.get(n.id, 0))
 
 
 def optimize(nodes, passes=None):

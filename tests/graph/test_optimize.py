@@ -402,3 +402,17 @@ def test_int64_graphs_follow_numpy_types():
         np.testing.assert_allclose(g, w, rtol=1e-12)
     with pytest.raises(G.GraphError, match="derivatives need float"):
         G.gradients(G.sum(a), [a])
+
+
+def test_a_shared_broadcast_is_not_duplicated():
+    """neg(b) + (b + y) with b = broadcast_to(x) read twice: moving neg before the
+    broadcast would add a broadcast (b stays for its other reader), so it stays after
+    (hypothesis found this graph growing from 4 ops to 5)."""
+    x, y = G.Variable("sx", (3, 3)), G.Variable("sy", (2, 3, 3))
+    b = G.broadcast_to(x, (2, 3, 3))
+    out = G.neg(b) + (b + y)
+    rng = np.random.default_rng(2)
+    new = _check([out], {"sx": rng.choice(SPECIAL, (3, 3)), "sy": rng.choice(SPECIAL,
+                                                                               (2, 3, 3))})
+    ops = [n for n in topological_order(new) if n.op not in ("variable", "constant")]
+    assert len(ops) <= 4 and sum(n.op == "broadcast_to" for n in ops) == 1
