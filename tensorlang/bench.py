@@ -11,8 +11,8 @@ Systems: tensorlang (the graph executor's default schedules, as a user of `G.Exe
 meets them, writing into preallocated outputs with `run(..., out=)`), numpy, torch, TVM and
 Halide. TVM and Halide run the matmul, the elementwise kernel, softmax and conv2d with the
 schedules in bench_peers.py (the structure their tutorials and apps teach: packed, register
--blocked matmuls; rfactored row reductions computed per row; register-blocked direct
-convolution), into preallocated outputs; numpy and torch allocate their results as their
+-blocked matmuls; rfactored row reductions computed per row; conv2d: TVM's conv2d_NCHWc
+with its x86 schedule, Halide's apps/conv_layer schedule), into preallocated outputs; numpy and torch allocate their results as their
 users do. A peer that is not installed is left blank, and
 `--peer-python` names another interpreter for them (and for torch when it is not installed
 beside tensorlang) (their wheels may want other numpy

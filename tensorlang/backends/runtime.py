@@ -119,7 +119,9 @@ def bind_arguments(buffers: list[Buffer], scalars: list[Var | None], params: lis
         if arr is None:
             continue
         for d, (ext, actual) in enumerate(zip(buf.shape, arr.shape)):
-            want = size_value(ext, env)
+            # constant and plain symbolic sizes without simplify (a call's fixed cost)
+            want = int(ext.value) if isinstance(ext, Const) else \
+                env.get(ext.name) if isinstance(ext, Var) else size_value(ext, env)
             if want != actual:
                 raise TensorlangError(
                     f"argument {i} ({buf.name}): dimension {d} must be {ext} = {want}, "
