@@ -45,6 +45,7 @@ class Module:
         self._written = {i for i, a in enumerate(lowered.args)
                          if isinstance(a, Tensor) and isinstance(a.op, ComputeOp)}
         self._seen_sizes: set[tuple] = set()
+        self._last = None
 
     def __call__(self, *arrays) -> None:
         if self.kernel is None:
@@ -53,10 +54,36 @@ class Module:
                 "cannot run in this process; use save() (f.save('kernel.o') and "
                 "f.save('kernel.h')) and link it into a program for that machine, or run it "
                 "under emulation with tl.aot.run_emulated(f, *arrays)")
-        ptrs, values = self._checked(arrays)
-        status = self.kernel.cfunc(*ptrs, *values)
+        bound = self._same_as_last(arrays)
+        if bound is None:
+            bound = self._checked(arrays)
+            self._remember(arrays, bound)
+        status = self.kernel.cfunc(*bound[0], *bound[1])
         if status != 0:
             raise self.status_error(status, self.kernel.error_record())
+
+    # A call with the very arrays of the previous call (a timing loop, the executor's
+    # steps) skips the argument checks: same objects (weak references, so nothing is kept
+    # alive), same shape, strides, dtype and writeability, hence the same pointers, sizes
+    # and overlaps. The checks cost 5-15 us, as long as a small kernel itself.
+    def _same_as_last(self, arrays):
+        last = self._last
+        if last is None or len(arrays) != len(last[0]):
+            return None
+        for a, ref, sig in zip(arrays, last[0], last[1]):
+            if ref() is not a or a.shape != sig[0] or a.strides != sig[1] or \
+                    a.dtype != sig[2] or a.flags.writeable != sig[3]:
+                return None
+        return last[2]
+
+    def _remember(self, arrays, bound) -> None:
+        import weakref
+
+        self._last = None
+        if all(type(a) is np.ndarray for a in arrays):
+            self._last = ([weakref.ref(a) for a in arrays],
+                          [(a.shape, a.strides, a.dtype, a.flags.writeable) for a in arrays],
+                          bound)
 
     def status_error(self, status: int, record) -> Exception:
         """The exception for a kernel's nonzero status; `record` is its error record (a

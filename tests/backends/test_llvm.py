@@ -61,6 +61,41 @@ def test_argument_errors_name_the_argument():
         f(a, b, ro)
 
 
+def test_a_repeated_call_with_changed_arrays_is_checked_again():
+    """A call with the previous call's arrays skips the argument checks; anything about
+    them that a check reads (shape, strides, dtype, writeability) changed in between sends
+    the call through the checks again."""
+    A, B, C = _vadd()
+    f = tl.build(tl.create_schedule(C), [A, B, C])
+    a, b, c = (np.arange(4, dtype="float32") for _ in range(3))
+    f(a, b, c)
+    f(a, b, c)                                          # the fast path
+    np.testing.assert_array_equal(c, a + b)
+    c.flags.writeable = False
+    with pytest.raises(tl.TensorlangError, match="read-only"):
+        f(a, b, c)
+    c.flags.writeable = True
+    f(a, b, c)
+    b.shape = (2, 2)
+    with pytest.raises(tl.TensorlangError, match=r"argument 1 \(B\): expected 1 dimensions"):
+        f(a, b, c)
+    b.shape = (4,)
+    f(a, b, c)
+    b.dtype = np.int32                                  # the same memory seen as int32
+    with pytest.raises(tl.TensorlangError, match="expected dtype float32"):
+        f(a, b, c)
+    b.dtype = np.float32
+    f(a, b, c)
+    f(a, b, a + 0)                                      # a new output array: checked
+    with pytest.raises(tl.TensorlangError, match="overlaps"):
+        f(a, b, a)
+    wide = np.zeros(8, "float32")
+    f(a, b, c)
+    with pytest.raises(tl.TensorlangError, match="C-contiguous"):
+        f(a, b, wide[::2])
+    np.testing.assert_array_equal(c, a + b)
+
+
 def test_size_that_cannot_be_inferred_and_explicit_var_args():
     n, m = tl.var("n"), tl.var("m")
     A = tl.placeholder((n,), name="A")
