@@ -61,9 +61,12 @@ def _te_op(build, hand_schedule):
 def blur(n):
     def build():
         X = tl.placeholder((n + 2, n + 2), "float32", name="X")
-        bx = tl.compute((n + 2, n), lambda i, j: (X[i, j] + X[i, j + 1] + X[i, j + 2]) / 3,
+        # "* (1/3)", not "/ 3": Halide compiles a division by a constant float as this
+        # multiplication (not IEEE division; tensorlang divides), so both compute this
+        third = 1.0 / 3.0
+        bx = tl.compute((n + 2, n), lambda i, j: (X[i, j] + X[i, j + 1] + X[i, j + 2]) * third,
                         name="bx")
-        by = tl.compute((n, n), lambda i, j: (bx[i, j] + bx[i + 1, j] + bx[i + 2, j]) / 3,
+        by = tl.compute((n, n), lambda i, j: (bx[i, j] + bx[i + 1, j] + bx[i + 2, j]) * third,
                         name="by")
         return [X], by
 
@@ -188,18 +191,22 @@ def _layer_norm(quick: bool):
     return ins, out, hand
 
 
-def _time(fn, min_s=0.05) -> float:
-    fn()
-    t0 = time.perf_counter()
-    fn()
-    once = max(time.perf_counter() - t0, 1e-7)
-    reps = max(1, int(min_s / once))
-    best = float("inf")
-    for _ in range(3):
+def _time_in_turn(fns, rounds: int = 5, min_s: float = 0.02) -> list[float]:
+    """Seconds per call of each function: the best of `rounds` batches, the batches of
+    all functions taken in turn (the VM's slow spells then hit them alike)."""
+    reps = []
+    for fn in fns:
+        fn()
         t0 = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / reps)
+        fn()
+        reps.append(max(1, int(min_s / max(time.perf_counter() - t0, 1e-7))))
+    best = [float("inf")] * len(fns)
+    for r in range(rounds):
+        for k in (range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))):
+            t0 = time.perf_counter()
+            for _ in range(reps[k]):
+                fns[k]()
+            best[k] = min(best[k], (time.perf_counter() - t0) / reps[k])
     return best
 
 
@@ -208,7 +215,8 @@ def run_one(name, make, budget: float, rho_n: int = 0) -> dict:
     arrays = [R.standard_normal([int(x.value) for x in t.shape]).astype("float32") for t in ins]
     res = np.zeros([int(x.value) for x in out.shape], "float32")
     mod, used = hand()
-    t_hand = _time(lambda: mod(*[arrays[k] for k in used], res))
+    hand_args = [arrays[k] for k in used]
+    mod(*hand_args, res)
     want = res.copy()
     t0 = time.perf_counter()
     s = tl.auto_schedule(out, budget_s=budget)
@@ -217,9 +225,11 @@ def run_one(name, make, budget: float, rho_n: int = 0) -> dict:
     got = np.zeros_like(res)
     f(*arrays, got)
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
-    t_auto = _time(lambda: f(*arrays, got))
     naive = tl.build(tl.create_schedule(out), [*ins, out], name="naive")
-    t_naive = _time(lambda: naive(*arrays, got), min_s=0.01)
+    naive_out = np.zeros_like(res)
+    t_hand, t_auto, t_naive = _time_in_turn([lambda: mod(*hand_args, res),
+                                             lambda: f(*arrays, got),
+                                             lambda: naive(*arrays, naive_out)])
     rho = s.auto.spearman
     return {"op": name, "auto_ms": 1e3 * t_auto, "hand_ms": 1e3 * t_hand,
             "naive_ms": 1e3 * t_naive, "tune_s": tune_s, "rho": rho,
@@ -243,7 +253,8 @@ def model_rho(out, n: int, seed: int = 7) -> float | None:
         s = auto.sample(out, "llvm", rng)
         if auto._lowers(s):
             cands.setdefault(s.trace_text(), s)
-    pairs = [(auto.predict(s, "llvm"), auto.measure(s)) for s in cands.values()]
+    times = auto.measure_many(list(cands.values()), "llvm", rounds=5)   # in turn
+    pairs = [(auto.predict(s, "llvm"), t) for s, t in zip(cands.values(), times)]
     return auto.AutoResult("", "", [auto.Candidate([], p, m) for p, m in pairs]).spearman
 
 
@@ -256,14 +267,18 @@ def halide(py: str, name: str, quick: bool) -> dict:
 
     helper = pathlib.Path(__file__).with_name("halide_autoschedule.py")
     cmd = [py, str(helper), "--ops", name] + (["--quick"] if quick else [])
-    try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
-    if res.returncode != 0 or not res.stdout.strip():
-        return {}
-    return {k: v for k, v in json.loads(res.stdout.strip().splitlines()[-1]).get(
-        name, {}).items() if isinstance(v, (int, float))}
+    best: dict = {}
+    for _ in range(2):          # two processes, the best of each (the VM's slow spells)
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if res.returncode != 0 or not res.stdout.strip():
+            continue
+        for k, v in json.loads(res.stdout.strip().splitlines()[-1]).get(name, {}).items():
+            if isinstance(v, (int, float)):
+                best[k] = min(v, best.get(k, v))
+    return best
 
 
 def main(argv=None) -> list[dict]:

@@ -12,10 +12,10 @@ meets them, writing into preallocated outputs with `run(..., out=)`), numpy, tor
 Halide. TVM and Halide run the matmul, the elementwise kernel, softmax and conv2d with the
 schedules in bench_peers.py (the structure their tutorials and apps teach: packed, register
 -blocked matmuls; rfactored row reductions computed per row; conv2d: TVM's conv2d_NCHWc
-with its x86 schedule, Halide's apps/conv_layer schedule), into preallocated outputs; numpy and torch allocate their results as their
-users do. A peer that is not installed is left blank, and
-`--peer-python` names another interpreter for them (and for torch when it is not installed
-beside tensorlang) (their wheels may want other numpy
+with its x86 schedule, Halide's apps/conv_layer schedule), into preallocated outputs;
+numpy and torch allocate their results as their users do. A peer that is not installed
+is left blank, and `--peer-python` names another interpreter for them (and for torch when
+it is not installed beside tensorlang) (their wheels may want other numpy
 versions than tensorlang's environment). Every system runs in a fresh process (one system's
 spinning thread pool cannot steal the next one's cores), each result is checked against
 numpy, and the figure is the best of `--rounds` rounds: the shared VMs this runs on slow a
