@@ -11,6 +11,9 @@ done, the loops of the schedule):
   the cache, every iteration of it loads its footprint once, and a tensor that a loop does
   not index keeps its data across that loop's iterations (the reuse a tile exploits) —
   iterations times footprint, as `tl.analyze`'s data movement per level counts it exactly;
+  consecutive iterations that overlap along memory (a stencil's rows) load a sweep's
+  footprint at most, and a read of what an earlier statement in the same iteration of
+  their common loops touched (softmax per row) finds it in the cache that holds them all;
 - *instructions*: the body's arithmetic (a multiply feeding an add is one fused
   instruction; exp, log, division cost more), over the vector lanes of the innermost
   vectorised loop, per *register block* (the body of the innermost loop that is neither
@@ -48,7 +51,7 @@ LINE_BYTES = 64
 BYTES_PER_CYCLE = (64, 10)   # into L1 from L2, into L2 from L3 (per core, as measured on
                              # a 2-core Zen 4 VM: an 8 MiB blur streams at ~30 GB/s)
 DRAM_BYTES_PER_S = 25e9   # the whole machine
-FORK_S = 3e-6             # one launch of a parallel loop
+FORK_S = 0.5e-6           # one launch of a parallel loop, its workers spinning (in a loop)
 CALL_COST = {"exp": 16, "log": 20, "tanh": 30, "erf": 30, "sigmoid": 20, "sqrt": 6,
              "rsqrt": 6, "pow": 40, "sin": 30, "cos": 30}
 MASKED_CYCLES = 10        # a masked vector load or store (a row's partial last vector)
@@ -285,10 +288,50 @@ def estimate(s, target) -> CostReport:
     from ..target import Target
 
     tgt = target if isinstance(target, Target) else Target.parse(target)
-    return CostReport([_statement(st, tgt) for st in placed_statements(s)])
+    stmts = placed_statements(s)
+    resident = _resident(stmts, tgt)
+    return CostReport([_statement(st, tgt, resident[k]) for k, st in enumerate(stmts)])
 
 
-def _statement(st: _Stmt, tgt) -> StatementCost:
+def _resident(stmts: list[_Stmt], tgt) -> list[dict[str, int]]:
+    """Per statement, {tensor: c}: the tensors it reads that a statement before it in the
+    same iteration of their common loops already touched (the same elements or more), with
+    everything those statements touch in one such iteration fitting cache level c — the
+    read finds them in level c (softmax's rows: the maximum reads a row, the exponentials
+    read it again from L1). Reads of such a tensor bring nothing into level c or beyond."""
+    depth = max((len(st.e.path) for st in stmts), default=0)
+    order = sorted(range(len(stmts)), key=lambda k: stmts[k].e.padded(depth))
+    out: list[dict[str, int]] = [{} for _ in stmts]
+    for pos, b in enumerate(order):
+        sb = stmts[b]
+        for k in range(min(sb.n, 8), 0, -1):           # the deepest shared loops first
+            key = sb.e.path[:k + 1]
+            group = [a for a in order if stmts[a].e.path[:k + 1] == key and
+                     stmts[a].n >= k]
+            before = [a for a in order[:pos] if a in group]
+            if not before:
+                continue
+            size = sum(_bytes(stmts[a].footprint(m, k - 1), sz)
+                       for a in group for _, _, local, m, sz in stmts[a].accesses if not local)
+            level = next((c for c, cap in enumerate(tgt.cache_bytes) if size <= cap * FILL),
+                         None)
+            if level is None:
+                continue
+            for name, write, local, m, _ in sb.accesses:
+                if write or local or name in out[b]:
+                    continue
+                box = sb.footprint(m, k - 1)
+                if any(nm == name and _covers(stmts[a].footprint(mm, k - 1), box)
+                       for a in before for nm, _, _, mm, _ in stmts[a].accesses):
+                    out[b][name] = level
+    return out
+
+
+def _covers(a: list[int], b: list[int]) -> bool:
+    return len(a) == len(b) and all(x >= y for x, y in zip(a, b))
+
+
+def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None) -> StatementCost:
     e, n, trips = st.e, st.n, st.trips
     lanes = max(1, tgt.vector_lanes("float32"))
     cores = tgt.cores
@@ -356,7 +399,11 @@ def _statement(st: _Stmt, tgt) -> StatementCost:
         # chains of several of its executions (a tile of rows, each a short recurrence)
         window = 1.0 if r > 0 and _carried(st, r - 1) else \
             min(1.0, trips[r] * (ops + loads + stores + 1) / OOO_WINDOW)
-        chain = max(chain, FMA_LATENCY * window)     # the block's elements: independent
+        # under a fused loop the indices are divisions of its counter, so LLVM does not see
+        # that the element read is the one the last iteration stored: through memory
+        latency = FMA_LATENCY + (FORWARD_LATENCY if any(
+            lp.name.endswith(".fused") for lp in e.loops[:r + 1]) else 0)
+        chain = max(chain, latency * window)         # the block's elements: independent
     cycles = max(arith / FMA_PIPES, loads / LOADS_PER_CYCLE, stores / STORES_PER_CYCLE,
                  chain) + (1 if r >= 0 else 0) + strided
     if n and kinds[-1] is LoopKind.VECTORIZED and v > 1:
@@ -379,7 +426,7 @@ def _statement(st: _Stmt, tgt) -> StatementCost:
         imbalance = rounds * used / trips[p]
         forks = iters[p]
     compute_s = compute_cycles / GHZ / used * imbalance
-    traffic = _traffic(st, tgt)
+    traffic = _traffic(st, tgt, resident or {})
     memory = tuple(traffic[k] / (BYTES_PER_CYCLE[k] * GHZ * used) * imbalance
                    for k in range(2)) + (traffic[2] / DRAM_BYTES_PER_S,)
     block_text = (f"{iters[r + 1] // max(autovec, 1)} blocks x {cycles:.1f} cycles (arith "
@@ -462,13 +509,19 @@ def _count(box: list[int]) -> int:
     return n
 
 
-def _traffic(st: _Stmt, tgt) -> list[int]:
+def _traffic(st: _Stmt, tgt, resident: dict[str, int]) -> list[int]:
     """Bytes loaded into L1 (from L2), into L2 (from L3) and from DRAM (see the module):
     per cache, the outermost loop whose body's footprint fits it; per tensor, moved outward
     over the loops that do not index it. Data that fits the last level stays there between
     calls (no DRAM traffic); a written line goes to DRAM and back (write-allocate)."""
     n = st.n
     glob = [(write, m, size) for _, write, local, m, size in st.accesses if not local]
+    names = [name for name, _, local, _, _ in st.accesses if not local]
+    along = []                  # whether the innermost loop reads along memory (unit stride)
+    for (_, _, local, m, size), stride in zip(st.accesses, st.strides):
+        if not local:
+            moving = _moving(st, m)
+            along.append(not moving or not stride or stride[moving[-1]] == size)
     if not glob:
         return [0, 0, 0]
     iters = [1]
@@ -483,11 +536,20 @@ def _traffic(st: _Stmt, tgt) -> list[int]:
             break
         dstar = next((d for d in range(-1, n) if levels[d + 1] <= cap * FILL), n - 1)
         moved = 0
-        for f, (write, _, size) in zip(feet, glob):
+        for f, (write, _, size), name, unit in zip(feet, glob, names, along):
+            if not write and resident.get(name, 3) <= c:
+                continue                       # already in this level (`_resident`)
             d = dstar
             while d >= 0 and f[d] == f[d + 1]:
                 d -= 1                         # loop d does not index the tensor: reused
             b = _bytes(f[d + 1], size) * iters[d + 1]
+            if d >= 0 and unit:
+                # consecutive iterations of loop d that overlap (a stencil's rows, a
+                # convolution's window): the lines they share stay, so a sweep of loop d
+                # loads at most its whole footprint. (Not for an access across memory —
+                # a transposed read walking down columns — whose lines come back one per
+                # element at the latency of a miss, which the model has no term for.)
+                b = min(b, _bytes(f[d], size) * iters[d])
             moved += 2 * b if write and c >= 1 else b     # written lines go back
         out.append(moved)
     return out
