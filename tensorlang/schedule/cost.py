@@ -71,6 +71,7 @@ class StatementCost:
     cores: int
     forks: int
     block: str = ""                      # the register block's cycles, as a formula
+    fork_outer: bool = False             # its parallel loop is its outermost loop
 
     @property
     def seconds(self) -> float:
@@ -86,10 +87,29 @@ class StatementCost:
 @dataclass
 class CostReport:
     statements: list[StatementCost] = field(default_factory=list)
+    groups: list[list[int]] | None = None   # statements that share their outermost loop
 
     @property
     def seconds(self) -> float:
-        return sum(c.seconds for c in self.statements)
+        """Statements that share their outermost loop (placed at a loop of a common
+        reader) run interleaved, one iteration of it after another: their arithmetic
+        overlaps their memory traffic, so such a group takes the largest of its summed
+        compute time and summed time at each memory level, not the sum of its statements'
+        own maxima (softmax per row: the exponentials' arithmetic runs under the output's
+        stores). Forks: once for a group whose shared loop is the parallel one."""
+        groups = self.groups or [[k] for k in range(len(self.statements))]
+        total = 0.0
+        for g in groups:
+            cs = [self.statements[k] for k in g]
+            if len(cs) == 1:
+                total += cs[0].seconds
+                continue
+            busy = max(sum(c.compute_s for c in cs),
+                       *(sum(c.memory_s[k] for c in cs) for k in range(len(cs[0].memory_s))))
+            forks = max(c.forks for c in cs) if all(c.fork_outer for c in cs) else \
+                sum(c.forks for c in cs)
+            total += busy + forks * FORK_S
+        return total
 
     def __str__(self) -> str:
         rows = [f"{c.name:28s} {c.seconds * 1e3:9.4f} ms  {c.bound:7s} cores {c.cores} "
@@ -290,7 +310,12 @@ def estimate(s, target) -> CostReport:
     tgt = target if isinstance(target, Target) else Target.parse(target)
     stmts = placed_statements(s)
     resident = _resident(stmts, tgt)
-    return CostReport([_statement(st, tgt, resident[k]) for k, st in enumerate(stmts)])
+    groups: dict[tuple, list[int]] = {}
+    for k, st in enumerate(stmts):
+        key = tuple(st.e.path[:2]) if st.n else ("alone", k)
+        groups.setdefault(key, []).append(k)
+    return CostReport([_statement(st, tgt, resident[k]) for k, st in enumerate(stmts)],
+                      list(groups.values()))
 
 
 def _resident(stmts: list[_Stmt], tgt) -> list[dict[str, int]]:
@@ -433,7 +458,7 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None) -> Statem
                   f"{arith:.0f}, loads {loads:.0f}, stores {stores:.0f}, chain {chain:.1f}, "
                   f"strided {strided:.0f}, v {v}/{autovec})")
     return StatementCost(e.orig, instances, compute_s, memory, tuple(traffic), used, forks,
-                         block_text)
+                         block_text, p == 0)
 
 
 def _as_compiled(st: _Stmt, kinds: list) -> list:
