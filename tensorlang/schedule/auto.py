@@ -138,6 +138,13 @@ def _reads_along(st, axis_name: str) -> bool:
                for e in walk(st.op.body))
 
 
+def _minmax(st) -> bool:
+    from ..te.reduce import Reduce
+
+    body = st.op.body
+    return isinstance(body, Reduce) and body.combiner.name in ("max", "min")
+
+
 def _inline_odds(s: Schedule, st) -> float:
     """How often a producer is inlined into its readers: usually; less often when that
     would recompute a transcendental (softmax's exponentials, read twice) or put a
@@ -181,7 +188,10 @@ def sample(outputs, target, rng: random.Random) -> Schedule:
             _wavefront(st, rng)
         elif red and wide and rng.random() < 0.75:
             _register_tile(s, st, tgt, lanes, rng)
-        elif red and (along and rng.random() < 0.8 or rng.random() < 0.3):
+        elif red and (along and rng.random() < (0.3 if _minmax(st) else 0.8) or
+                      rng.random() < 0.3):
+            # (a max or min along memory is vectorised by LLVM itself, with several
+            # accumulators: a rfactor keeps one, its NaN-propagating steps a chain)
             _vector_partials(s, st, lanes, rng, parallel=st not in per_row)
         else:
             _tile_vector(s, st, lanes, rng, parallel=st not in per_row)

@@ -47,6 +47,8 @@ LOADS_PER_CYCLE = 2
 STORES_PER_CYCLE = 1
 FMA_LATENCY = 4           # cycles
 FORWARD_LATENCY = 7       # an add through memory: store, forwarded load, add
+MINMAX_LATENCY = 7        # a NaN-propagating max: compare, blend, max, dependent
+INTERLEAVE = 4            # accumulators LLVM's loop vectoriser keeps for a reduction
 LINE_BYTES = 64
 BYTES_PER_CYCLE = (64, 10)   # into L1 from L2, into L2 from L3 (per core, as measured on
                              # a 2-core Zen 4 VM: an 8 MiB blur streams at ~30 GB/s)
@@ -404,6 +406,11 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None) -> Statem
             # — except a max or min along loop r, which LLVM vectorises into a register
             acc_vectors = max(1.0, _count(box) / v)
             latency = FMA_LATENCY if local or minmax else FORWARD_LATENCY
+            if _is_minmax(st):
+                # max/min propagate NaN as numpy does: a compare, a blend and the max
+                # depend on each other (three steps a vector); LLVM's own vectorisation of
+                # the loop (`minmax`) keeps INTERLEAVE accumulators, a rfactor one
+                latency = MINMAX_LATENCY / (INTERLEAVE if minmax else 1)
             chain = max(chain, latency * (block / v) / acc_vectors)
             if local or minmax:
                 continue
@@ -504,11 +511,15 @@ def _moving(st: _Stmt, m: isl.Map) -> list[int]:
     return [k for k, x in enumerate(st.footprint(m, st.n - 2)) if x > 1]
 
 
+def _is_minmax(st: _Stmt) -> bool:
+    stores = [x for x in walk_stmt(st.e.stmt.body) if isinstance(x, Store)]
+    return len(stores) == 1 and isinstance(stores[0].value, (Max, Min))
+
+
 def _minmax_along(st: _Stmt, r: int) -> bool:
     """A max or min reduction carried by loop r (softmax's row maximum as declared), which
     LLVM's vectoriser takes: lane-wise maxima in a register, combined after the loop."""
-    stores = [x for x in walk_stmt(st.e.stmt.body) if isinstance(x, Store)]
-    if len(stores) != 1 or not isinstance(stores[0].value, (Max, Min)):
+    if not _is_minmax(st):
         return False
     kept = [m for _, w, _, m, _ in st.accesses if w and
             st.footprint(m, r) == st.footprint(m, r - 1)]
