@@ -173,7 +173,9 @@ def test_the_report_names_each_statement_and_its_bound():
     rep = cost.estimate(tl.create_schedule(C), "llvm")
     text = str(rep)
     assert "C_update" in text and "blocks x" in text and "total" in text
-    assert rep.seconds == pytest.approx(sum(c.seconds for c in rep.statements))
+    # statements sharing their outer loop overlap: at most the sum, at least the largest
+    assert max(c.seconds for c in rep.statements) <= rep.seconds <= \
+        sum(c.seconds for c in rep.statements) * (1 + 1e-9)
     assert {c.bound for c in rep.statements} <= {"compute", "L1", "L2", "DRAM"}
 
 
