@@ -357,8 +357,13 @@ def _register_tile(s: Schedule, st, tgt, lanes: int, rng: random.Random) -> None
     """A register tile (TVM's and the executor's matmul structure) with sampled sizes."""
     out = st.op.output
     regs = tgt.vector_registers
-    nv = rng.choice([v for v in (1, 2, 3, 4) if v <= max(1, regs // 8)])
-    mr = rng.choice([r for r in (1, 2, 3, 4, 6, 8) if r * nv + nv + 2 <= regs] or [1])
+    width = _extent(st.op.axis[-1]) or lanes
+    nv = rng.choice([v for v in (1, 2, 3, 4) if v <= max(1, regs // 8) and
+                     (v - 1) * lanes < width] or [1])   # no vector wholly past the axis
+    # rows up to what the registers hold: one vector wide, a convolution's channel block
+    # takes 28 output columns (TVM's conv2d_NCHWc tile, the executor's)
+    mr = rng.choice([r for r in (1, 2, 3, 4, 6, 8, 12, 14, 16, 24, 28)
+                     if r * nv + nv + 2 <= regs] or [1])
     n = _extent(st.op.axis[-1]) or lanes
     if rng.random() < 0.4 and n > nv * lanes:
         from ..ir.expr import Load, Var
