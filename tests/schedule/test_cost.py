@@ -6,7 +6,6 @@ import itertools
 
 import islpy as isl
 import numpy as np
-import pytest
 
 import tensorlang as tl
 from tensorlang.graph import cpu_schedules as CS
