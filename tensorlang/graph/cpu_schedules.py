@@ -413,8 +413,10 @@ def _block_conv_channels(s: tl.Schedule, conv: tl.Tensor, blocked: tl.Tensor,
     each tile of rn output columns by `block` output channels (one vector: `conv_block`)
     accumulates in rn registers over (c, kh, kw) — every step loads the block's weights
     as a vector and broadcasts rn input elements of one row (an FMA with a broadcast
-    operand on AVX-512). The tile is written to the NCHW output (and its epilogue) as
-    vectors along the channels; (batch, channel blocks, output rows) run in parallel."""
+    operand on AVX-512). A row of one tile is written to the NCHW output (and its
+    epilogue) as vectors along the channels; a row of several tiles goes through a row
+    buffer, a channel at a time along the row. (batch, channel blocks, output rows) run
+    in parallel."""
     dtype = str(out.dtype)
     lanes = _lanes(dtype)
     nb, kb, oh, ow, block = (int(x.value) for x in blocked.shape)

@@ -331,7 +331,7 @@ def _resident(stmts: list[_Stmt], tgt) -> list[dict[str, int]]:
     out: list[dict[str, int]] = [{} for _ in stmts]
     for pos, b in enumerate(order):
         sb = stmts[b]
-        for k in range(min(sb.n, 8), 0, -1):           # the deepest shared loops first
+        for k in range(sb.n, 0, -1):                   # the deepest shared loops first
             key = sb.e.path[:k + 1]
             group = [a for a in order if stmts[a].e.path[:k + 1] == key and
                      stmts[a].n >= k]
