@@ -19,6 +19,7 @@ import tensorlang as tl
 from ..errors import ScheduleError
 from ..config import tune_budget, tune_log
 from .cpu_schedules import conv_block, default_schedule, register_tile  # noqa: F401 (API)
+from ..backends.runtime import aligned_empty
 from .nnops import conv2d_blocked_te
 from .fusion import ANCHORS, fuse, inline_members, reads_tensor
 from .node import GraphError, Node, topological_order
@@ -342,7 +343,9 @@ class _Plan:
 
             self.arrays.append(gpuarray.zeros(shape, dtype))
         else:
-            self.arrays.append(np.zeros(shape, dtype))
+            a = aligned_empty(shape, dtype)       # (vectors of a row in one cache line)
+            a.fill(0)
+            self.arrays.append(a)
         return len(self.arrays) - 1
 
     def _set(self, slot: int, value: np.ndarray) -> None:
@@ -473,7 +476,7 @@ class Executor:
             if a is not None and o.op not in ("variable", "constant"):
                 mine.setdefault(plan.slot_of[o.id], a)
         for slot, shape, dtype in plan.fresh:
-            arrays[slot] = mine[slot] if slot in mine else np.empty(shape, dtype)
+            arrays[slot] = mine[slot] if slot in mine else aligned_empty(shape, dtype)
         steps = plan.steps
         for k, j, slot in plan.patches:
             steps[k].pointers[j] = arrays[slot].ctypes.data
