@@ -31,6 +31,7 @@ caches, cores), so a cross target is modelled without running anything.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import islpy as isl
@@ -321,14 +322,19 @@ def estimate(s, target) -> CostReport:
 
 
 def _resident(stmts: list[_Stmt], tgt) -> list[dict[str, int]]:
-    """Per statement, {tensor: c}: the tensors it reads that a statement before it in the
-    same iteration of their common loops already touched (the same elements or more), with
+    """Per statement, {tensor: c}: the tensors it reads whose elements, in each iteration
+    of the loops it shares with statements before it, those statements already touched
+    (isl: its map from the shared loops' values to elements is a subset of theirs), with
     everything those statements touch in one such iteration fitting cache level c — the
     read finds them in level c (softmax's rows: the maximum reads a row, the exponentials
     read it again from L1). Reads of such a tensor bring nothing into level c or beyond."""
     depth = max((len(st.e.path) for st in stmts), default=0)
     order = sorted(range(len(stmts)), key=lambda k: stmts[k].e.padded(depth))
     out: list[dict[str, int]] = [{} for _ in stmts]
+
+    def touched(st: _Stmt, m: isl.Map, k: int) -> isl.Map:
+        return st.prefix[k - 1].reverse().apply_range(m)    # shared loop values -> elements
+
     for pos, b in enumerate(order):
         sb = stmts[b]
         for k in range(sb.n, 0, -1):                   # the deepest shared loops first
@@ -347,15 +353,12 @@ def _resident(stmts: list[_Stmt], tgt) -> list[dict[str, int]]:
             for name, write, local, m, _ in sb.accesses:
                 if write or local or name in out[b]:
                     continue
-                box = sb.footprint(m, k - 1)
-                if any(nm == name and _covers(stmts[a].footprint(mm, k - 1), box)
-                       for a in before for nm, _, _, mm, _ in stmts[a].accesses):
+                earlier = [touched(stmts[a], mm, k) for a in before
+                           for nm, _, _, mm, _ in stmts[a].accesses if nm == name]
+                if earlier and touched(sb, m, k).is_subset(
+                        functools.reduce(isl.Map.union, earlier)):
                     out[b][name] = level
     return out
-
-
-def _covers(a: list[int], b: list[int]) -> bool:
-    return len(a) == len(b) and all(x >= y for x, y in zip(a, b))
 
 
 def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None) -> StatementCost:
