@@ -192,25 +192,6 @@ def _layer_norm(quick: bool):
     return ins, out, hand
 
 
-def _time_in_turn(fns, rounds: int = 5, min_s: float = 0.02) -> list[float]:
-    """Seconds per call of each function: the best of `rounds` batches, the batches of
-    all functions taken in turn (the VM's slow spells then hit them alike)."""
-    reps = []
-    for fn in fns:
-        fn()
-        t0 = time.perf_counter()
-        fn()
-        reps.append(max(1, int(min_s / max(time.perf_counter() - t0, 1e-7))))
-    best = [float("inf")] * len(fns)
-    for r in range(rounds):
-        for k in (range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))):
-            t0 = time.perf_counter()
-            for _ in range(reps[k]):
-                fns[k]()
-            best[k] = min(best[k], (time.perf_counter() - t0) / reps[k])
-    return best
-
-
 def run_one(name, make, budget: float, rho_n: int = 0) -> dict:
     ins, out, hand = make()
     arrays = [R.standard_normal([int(x.value) for x in t.shape]).astype("float32") for t in ins]
@@ -228,9 +209,9 @@ def run_one(name, make, budget: float, rho_n: int = 0) -> dict:
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
     naive = tl.build(tl.create_schedule(out), [*ins, out], name="naive")
     naive_out = np.zeros_like(res)
-    t_hand, t_auto, t_naive = _time_in_turn([lambda: mod(*hand_args, res),
-                                             lambda: f(*arrays, got),
-                                             lambda: naive(*arrays, naive_out)])
+    t_hand, t_auto, t_naive = auto.time_in_turn([lambda: mod(*hand_args, res),
+                                                 lambda: f(*arrays, got),
+                                                 lambda: naive(*arrays, naive_out)], rounds=5)
     rho = s.auto.spearman
     return {"op": name, "auto_ms": 1e3 * t_auto, "hand_ms": 1e3 * t_hand,
             "naive_ms": 1e3 * t_naive, "tune_s": tune_s, "rho": rho,

@@ -139,10 +139,9 @@ def _reads_along(st, axis_name: str) -> bool:
 
 
 def _minmax(st) -> bool:
-    from ..te.reduce import Reduce
+    from ..te.reduce import combiner_name
 
-    body = st.op.body
-    return isinstance(body, Reduce) and body.combiner.name in ("max", "min")
+    return combiner_name(st.op) in ("max", "min")
 
 
 def _inline_odds(s: Schedule, st) -> float:
@@ -357,14 +356,13 @@ def _register_tile(s: Schedule, st, tgt, lanes: int, rng: random.Random) -> None
     """A register tile (TVM's and the executor's matmul structure) with sampled sizes."""
     out = st.op.output
     regs = tgt.vector_registers
-    width = _extent(st.op.axis[-1]) or lanes
+    n = _extent(st.op.axis[-1]) or lanes
     nv = rng.choice([v for v in (1, 2, 3, 4) if v <= max(1, regs // 8) and
-                     (v - 1) * lanes < width] or [1])   # no vector wholly past the axis
+                     (v - 1) * lanes < n] or [1])       # no vector wholly past the axis
     # rows up to what the registers hold: one vector wide, a convolution's channel block
     # takes 28 output columns (TVM's conv2d_NCHWc tile, the executor's)
     mr = rng.choice([r for r in (1, 2, 3, 4, 6, 8, 12, 14, 16, 24, 28)
                      if r * nv + nv + 2 <= regs] or [1])
-    n = _extent(st.op.axis[-1]) or lanes
     if rng.random() < 0.4 and n > nv * lanes:
         from ..ir.expr import Load, Var
         from ..ir.visit import walk
@@ -429,33 +427,41 @@ def measure(s: Schedule, target="llvm", runs: int = 3) -> float:
 
 
 def measure_many(schedules, target="llvm", rounds: int = 3) -> list[float]:
-    """Seconds per call of each schedule's kernel (the host only), the best of `rounds`
-    batches each, the batches of all kernels taken in turn: a shared machine that slows a
-    whole process down for a second or two (by up to 2x on the VMs this is developed on)
-    then slows every kernel's batch of that round alike, instead of one kernel's whole
-    measurement, so the ranking survives it."""
+    """Seconds per call of each schedule's kernel (the host only), timed in turn
+    (`time_in_turn`) on random inputs."""
     from ..driver import build
 
-    runs = []
+    calls = []
     for s in schedules:
         args = [*s.placeholders, *s.outputs]
         mod = build(s, args, target=target, name="auto")
         rng = np.random.default_rng(0)
         arrays = [rng.standard_normal([int(x.value) for x in t.shape]).astype(str(t.dtype))
                   for t in args]
-        mod(*arrays)
+        calls.append(lambda mod=mod, arrays=arrays: mod(*arrays))
+    return time_in_turn(calls, rounds)
+
+
+def time_in_turn(fns, rounds: int = 3, min_s: float = TIME_MIN_S) -> list[float]:
+    """Seconds per call of each function: the best of `rounds` batches of at least
+    `min_s` each, the batches of all functions taken in turn. A shared machine that slows
+    a whole process down for a second or two (by up to 2x on the VMs this is developed
+    on) then slows every function's batch of that round alike, instead of one function's
+    whole measurement, so the ranking survives it."""
+    reps = []
+    for fn in fns:
+        fn()
         t0 = time.perf_counter()
-        mod(*arrays)
+        fn()
         once = max(time.perf_counter() - t0, 1e-7)
-        runs.append((mod, arrays, max(1, min(1000, int(TIME_MIN_S / once)))))
-    best = [float("inf")] * len(runs)
+        reps.append(max(1, min(1000, int(min_s / once))))
+    best = [float("inf")] * len(fns)
     for r in range(rounds):
-        for k in (range(len(runs)) if r % 2 == 0 else reversed(range(len(runs)))):
-            mod, arrays, reps = runs[k]
+        for k in (range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))):
             t0 = time.perf_counter()
-            for _ in range(reps):
-                mod(*arrays)
-            best[k] = min(best[k], (time.perf_counter() - t0) / reps)
+            for _ in range(reps[k]):
+                fns[k]()
+            best[k] = min(best[k], (time.perf_counter() - t0) / reps[k])
     return best
 
 
