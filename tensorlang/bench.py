@@ -46,7 +46,9 @@ def _aligned(a: np.ndarray) -> np.ndarray:
     """`a` copied to memory that starts on a 64-byte boundary. numpy's arrays start 16
     bytes past one, so every vector of a row straddles two cache lines; TVM copies its
     inputs into its own aligned arrays, so every system here gets aligned ones (a
-    memory-bound row kernel: about 18 % apart, layer norm measured in one process)."""
+    memory-bound row kernel: about 18 % apart, layer norm measured in one process).
+    (`backends.runtime.aligned_empty`'s twin: this file also runs as a script in the
+    peers' interpreter, where tensorlang's own dependencies need not be installed.)"""
     buf = np.empty(a.nbytes + 64, np.uint8)
     off = (-buf.ctypes.data) % 64
     out = buf[off:off + a.nbytes].view(a.dtype).reshape(a.shape)

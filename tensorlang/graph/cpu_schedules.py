@@ -165,9 +165,9 @@ def _last_index(st) -> object:
 
 
 def _combiner(st) -> str:
-    from ..te.reduce import Reduce
+    from ..te.reduce import combiner_name
 
-    return st.op.body.combiner.name if isinstance(st.op.body, Reduce) else ""
+    return combiner_name(st.op)
 
 
 ROW_BUFFER_BYTES = 8192     # a softmax row of exponentials kept per row (stack, L1)

@@ -59,6 +59,13 @@ class Reduce(Expr):
         return f"{self.combiner.name}({src}, axis=[{axes}]{where})"
 
 
+def combiner_name(op) -> str:
+    """The name of a compute op's reduction combiner ("sum", "max", ...), "" when its body
+    is not a reduction."""
+    body = getattr(op, "body", None)
+    return body.combiner.name if isinstance(body, Reduce) else ""
+
+
 def _axes(axis, who: str) -> tuple[IterVar, ...]:
     axes = axis if isinstance(axis, (list, tuple)) else [axis]
     if not axes:
