@@ -18,10 +18,14 @@ import time
 import numpy as np
 
 import tensorlang as tl
+from tensorlang.graph.executor import register_tile as target_tile
 
 N = int(os.environ.get("TL_TUTORIAL_N", 512))
 HOST = tl.Target.parse("llvm")
 LANES = HOST.vector_lanes("float32")      # 16 with AVX-512, 8 with AVX2, 4 with NEON
+# the register tile from the target's registers: the most accumulators that fit beside one
+# vector of B per column and a broadcast of A (AVX-512: 8 rows x 3 vectors; AVX2: 6 x 2)
+ROWS, VECTORS = target_tile(N, N, "float32", HOST)
 
 
 def declare():
@@ -57,7 +61,7 @@ def vectorized():
     return s, [A, B, C]
 
 
-def register_tile(pack=False, parallel=False, rows=4, vectors=4):
+def register_tile(pack=False, parallel=False, rows=ROWS, vectors=VECTORS):
     """A rows x (vectors * LANES) tile of C accumulated in registers over the whole k
     loop: cache_write gives the tile a local buffer, compute_at places it in the tile's
     loop, unroll + vectorize make it rows * vectors vector registers."""
@@ -89,7 +93,7 @@ STEPS = [
     ("declared loop nest (i, j, k)", naive),
     ("32x32 tiles, k outside the tile", tiled),
     (f"+ inner j vectorised ({LANES} lanes)", vectorized),
-    ("+ 4 x 4-vector register tile of C", register_tile),
+    (f"+ {ROWS} x {VECTORS}-vector register tile of C", register_tile),
     ("+ B packed in panels", lambda: register_tile(pack=True)),
     ("+ row tiles in parallel", lambda: register_tile(pack=True, parallel=True)),
 ]

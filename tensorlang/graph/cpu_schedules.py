@@ -25,23 +25,26 @@ def _lanes(dtype: str) -> int:
 
 
 MAX_TILE_ROWS = 8
-MAX_ACCUMULATORS = 16   # a larger register tile measured no faster on AVX-512 (2-core Zen 4)
 
 
 def register_tile(m: int, n: int, dtype: str, target: tl.Target | None = None):
     """(rows, vectors per row) of a register-blocked tile of an m x n output, from the
-    target's vector width and register count: at most 4 vectors per row (fewer when n
-    is narrow), then as many rows as the registers left hold — every accumulator, one
-    vector of B per column and a broadcast of A must fit, so nothing spills. AVX-512
-    (32 registers, 16 floats): 4 x 4 vectors (4 x 64 floats); AVX2 (16 registers, 8
-    floats): 6 x 2 vectors (BLIS's Haswell tile); NEON: 4 x 4 vectors of 4."""
+    target's vector width and register count: the most accumulators such that they, one
+    vector of B per column and a broadcast of A fit in the registers (nothing spills), at
+    most 4 vectors per row (fewer when n is narrow), and on a tie the most rows — each k
+    step then loads fewer bytes of B (from L2 once B outgrows L1) per multiply-add.
+    AVX-512 (32 registers, 16 floats): 8 x 3 vectors (against 4 x 4, 1024^3 304 against
+    201 GFLOPS, 2048^3 302 against 215; 6 x 4 282 and 286; 2-core Xeon with two 512-bit
+    FMA pipes, one process); AVX2 (16 registers, 8 floats): 6 x 2 vectors (BLIS's Haswell
+    tile); NEON (32 of 4 floats): 8 x 3."""
     t = target or _host()
     lanes = t.vector_lanes(dtype)
     regs = t.vector_registers
-    nv = max(1, min(4, -(-n // lanes), regs // 8))
-    budget = min(regs - nv - 2, MAX_ACCUMULATORS)
-    mr = max(1, min(m, MAX_TILE_ROWS, budget // nv))
-    return mr, nv
+    best = (0, 0, 1, 1)
+    for nv in range(1, min(4, -(-n // lanes)) + 1):
+        mr = max(1, min(m, MAX_TILE_ROWS, (regs - nv - 1) // nv))
+        best = max(best, (mr * nv, mr, mr, nv))
+    return best[2], best[3]
 
 
 LATENCY_ACCUMULATORS = 8   # independent FMA chains that hide the FMA latency (4 cycles x 2)
@@ -276,15 +279,18 @@ def _block_matmul(s: tl.Schedule, mm: tl.Tensor, out: tl.Tensor, parallel: bool)
     parallel = parallel or flops >= 1 << 16
     packed = None
     B = mm.op.input_tensors[-1]
-    b_bytes = int(np.prod([int(x.value) for x in B.shape[-2:]])) * mm.dtype.itemsize
+    item = mm.dtype.itemsize
+    k = int(np.prod([int(r.extent.value) for r in mm.op.reduce_axis]))
+    b_bytes = int(np.prod([int(x.value) for x in B.shape[-2:]])) * item
+    l2 = _host().cache_bytes[1]
     if flops >= PACK_MIN_FLOPS and n > nv * lanes and \
-            (b_bytes > 2 * _host().cache_bytes[1] or not _rows_of_b_along_j(mm, B)):
+            (b_bytes > l2 or not _rows_of_b_along_j(mm, B)):
         # B in panels of the tile's width (TVM's and Halide's packed B): the k loop then
-        # reads one contiguous run per k instead of a row n floats away (1000^3: 120 -> 156
-        # GFLOPS; 1024^3: 140 -> 171, 2-core Zen 4). A B read along its rows that fits in
-        # two L2s is read in place: the copy cost more than it saved (measured in one
-        # process, 2-core Zen 4, 1 MiB L2: 512^3 219 -> 228 GFLOPS unpacked, 384^3 213 ->
-        # 228, 640^3 223 -> 227; 768^3 equal; 1000^3 219 packed against 212)
+        # reads one contiguous run per k instead of a row n floats away. A B read along
+        # its rows that fits the L2 is read in place (the copy cost more than it saved:
+        # 512^3 219 -> 228 GFLOPS unpacked, 2-core Zen 4, 1 MiB L2). A larger one read in
+        # place walks B's rows a power-of-two stride apart through a few cache sets
+        # (1024^3 unpacked: 67-90 GFLOPS against 190-300 packed, 2-core Xeon, 2 MiB L2).
         packed = s.pack(B, len(B.shape) - 1, nv * lanes, readers=[s[mm]])
     local = s.cache_write(mm, "local")
     if mm is not out:
@@ -295,18 +301,19 @@ def _block_matmul(s: tl.Schedule, mm: tl.Tensor, out: tl.Tensor, parallel: bool)
     io, jo, ii, ji = st.tile(axes[-2], axes[-1], mr, nv * lanes)
     jio, jii = st.split(ji, factor=lanes)
     st.vectorize(jii)
-    # B larger than half the last-level cache (4096^2 floats: 64 MiB): with the row tiles
-    # outermost every row tile streams all of B from memory (4096^3: 96 GFLOPS); with
-    # B's panels outermost each panel is read once and A streams instead (213 GFLOPS,
-    # 2-core Zen 4, 32 MiB L3). Below that size the row tiles stay outermost (awkward
-    # widths measured 2-3x slower with the panels outermost: 1000^3, 127x781x253). A width
-    # that ends in a partial vector takes the panels outermost too since the tile's
-    # partial-vector tests are hoisted out of the k loop (`ir.unswitch.hoist_tile_guards`;
-    # left inside, they made 4100^3 73 GFLOPS).
-    panel_outer = packed is not None and 2 * b_bytes > _host().cache_bytes[2]
-    if panel_outer:
-        st.reorder(jo, io)
-    s[local].compute_at(st, io if panel_outer else jo)
+    # Packed B larger than half the L2 goes in blocks of panels that fit it, outermost:
+    # every row tile reads the block from L2 and A streams (once per block). With the row
+    # tiles outermost each row tile read all of B from the last-level cache, as fast as
+    # that cache is: on a 32 MiB Zen 4 L3 only B larger than the L3 lost (4096^3: 96
+    # against 213 GFLOPS), on a Xeon VM's shared L3 every B did (1024^3 packed: 120-160
+    # against 170-300 GFLOPS with the panels outermost, 2048^3 90 against 200-300).
+    panel_bytes = k * nv * lanes * item
+    per_block = max(1, l2 // 2 // panel_bytes)
+    blocked = packed is not None and nb == 0 and b_bytes > l2 // 2
+    if blocked:
+        jb, jo = st.split(jo, factor=per_block)
+        st.reorder(jb, io, jo)
+    s[local].compute_at(st, jo)
     lt = s[local]
     *lb, li, lj = lt.op.axis
     (lk,) = lt.op.reduce_axis
@@ -315,19 +322,24 @@ def _block_matmul(s: tl.Schedule, mm: tl.Tensor, out: tl.Tensor, parallel: bool)
     lt.unroll(li)
     lt.unroll(ljo)
     lt.vectorize(lji)
+    # few row tiles (A has few rows, so streaming it again per block is cheap): the
+    # blocks run in parallel, each packing its own panels
+    few_rows = -(-m // mr) < 2 * _host().cores
     if parallel:
         batch = next((a for a, e in zip(axes[:nb], out.shape[:nb]) if int(e.value) > 1), None)
-        st.parallel(batch if batch is not None else (jo if panel_outer else io))
+        st.parallel(batch if batch is not None else jb if blocked and few_rows else io)
     if packed is not None:
         pa = s[packed].op.axis
         s[packed].vectorize(s[packed].split(pa[-1], factor=lanes)[1])
-        if panel_outer and nb == 0:
-            # each panel packed inside the panel loop, just before its row tiles read it
-            # (it stays in L2): packing all of B first wrote and re-read 64 MiB at 4096^2,
-            # as long as the multiply itself when A has few rows (127x4096x4096: 97 -> 193
-            # GFLOPS; 4096^3 213 -> 222)
-            s[packed].compute_at(st, jo)
-        elif parallel:
+        if blocked:
+            # each block packed just before its row tiles read it (it stays in L2):
+            # packing all of B first wrote and re-read 64 MiB at 4096^2, as long as the
+            # multiply itself when A has few rows (127x4096x4096: 97 -> 193 GFLOPS)
+            s[packed].compute_at(st, jb)
+            if per_block < 2 * _host().cores:   # a block of few panels: k in parallel
+                s[packed].reorder(pa[1], pa[0])
+                pa = [pa[1], pa[0]]
+        if parallel and not (blocked and few_rows):
             s[packed].parallel(pa[0])
 
 

@@ -137,7 +137,8 @@ def rule_logic(e: Expr) -> Expr | None:
 
 
 def _linear_terms(e: Expr, sign: int, terms: dict, consts: list) -> int:
-    """Collect e into {atom key: [atom, coefficient]} and constants; returns the leaf count."""
+    """Collect sign * e into {atom key: [atom, coefficient]} and constants; returns the leaf
+    count."""
     match e:
         case Add(a, b):
             return _linear_terms(a, sign, terms, consts) + _linear_terms(b, sign, terms, consts)
@@ -146,6 +147,9 @@ def _linear_terms(e: Expr, sign: int, terms: dict, consts: list) -> int:
         case Const(c):
             consts.append(sign * int(c))
             return 1
+        case Mul(Add() | Sub() as x, Const(c)) | Mul(Const(c), Add() | Sub() as x) \
+                if e.dtype.is_int:      # distributed: (j*3 + 2)*16 - j*48 -> 32
+            return _linear_terms(x, sign * int(c), terms, consts)
         case Mul(x, Const(c)) | Mul(Const(c), x):
             k = structural_key(x)
             terms.setdefault(k, [x, 0])[1] += sign * int(c)

@@ -171,8 +171,12 @@ class _Translator:
         for L in self.locals:
             if L.threads and k != L.time_dim:
                 continue   # a block's shared tile: one per block, declared where it lives
-            if (k == L.time_dim or (parallel and k < L.time_dim)) and \
-                    uses_buffer(body, L.buffer):
+            # at a parallel loop outside its own loop only when that loop was not emitted
+            # (one iteration): a second allocation around the first made the codegen
+            # count the inner loop's copies of a register tile as its code, over the
+            # unroll budget, and left the tile in memory (2048^3: 105 against 319 GFLOPS)
+            if (k == L.time_dim and uses_buffer(body, L.buffer)) or \
+                    (parallel and k < L.time_dim and _free_use(body, L.buffer)):
                 body = Allocate(L.buffer, body)
         return body
 
@@ -383,23 +387,27 @@ def generate_loops(timed: list[TimedStatement], context: isl.Set,
     return _allocate_rest(body, locals_)
 
 
+def _free_use(s: Stmt, buf) -> bool:
+    """Whether `s` uses `buf` outside every allocation of it inside `s`."""
+    from .placement import uses_buffer
+
+    if isinstance(s, Allocate) and s.buffer is buf:
+        return False
+    if isinstance(s, (For, Let, Allocate)):
+        return _free_use(s.body, buf)
+    if isinstance(s, Seq):
+        return any(_free_use(x, buf) for x in s.stmts)
+    if isinstance(s, If):
+        return _free_use(s.then_body, buf) or (
+            s.else_body is not None and _free_use(s.else_body, buf)) or \
+            uses_buffer(If(s.cond, Seq(())), buf)
+    return uses_buffer(s, buf)
+
+
 def _allocate_rest(body: Stmt, locals_) -> Stmt:
     """Local buffers whose loop isl did not emit (one iteration): at the innermost statement
     that encloses every use not already inside an allocation of the buffer."""
     from .placement import uses_buffer
-
-    def free_use(s: Stmt, buf) -> bool:
-        if isinstance(s, Allocate) and s.buffer is buf:
-            return False
-        if isinstance(s, (For, Let, Allocate)):
-            return free_use(s.body, buf)
-        if isinstance(s, Seq):
-            return any(free_use(x, buf) for x in s.stmts)
-        if isinstance(s, If):
-            return free_use(s.then_body, buf) or (
-                s.else_body is not None and free_use(s.else_body, buf)) or \
-                uses_buffer(If(s.cond, Seq(())), buf)
-        return uses_buffer(s, buf)
 
     def wrap(s: Stmt, buf) -> Stmt:
         if isinstance(s, (For, Let)) and not uses_buffer(_head(s), buf):
@@ -407,15 +415,15 @@ def _allocate_rest(body: Stmt, locals_) -> Stmt:
         if isinstance(s, Allocate):
             return Allocate(s.buffer, wrap(s.body, buf))
         if isinstance(s, Seq):
-            users = [i for i, x in enumerate(s.stmts) if free_use(x, buf)]
+            users = [i for i, x in enumerate(s.stmts) if _free_use(x, buf)]
             if len(users) == 1:
                 i = users[0]
                 return Seq(s.stmts[:i] + (wrap(s.stmts[i], buf),) + s.stmts[i + 1:])
             a, b = users[0], users[-1] + 1
             return Seq(s.stmts[:a] + (Allocate(buf, seq(s.stmts[a:b])),) + s.stmts[b:])
         if isinstance(s, If) and not uses_buffer(If(s.cond, Seq(())), buf):
-            t = free_use(s.then_body, buf)
-            f = s.else_body is not None and free_use(s.else_body, buf)
+            t = _free_use(s.then_body, buf)
+            f = s.else_body is not None and _free_use(s.else_body, buf)
             if t and not f:
                 return If(s.cond, wrap(s.then_body, buf), s.else_body)
             if f and not t:
@@ -423,7 +431,7 @@ def _allocate_rest(body: Stmt, locals_) -> Stmt:
         return Allocate(buf, s)
 
     for L in locals_:
-        if free_use(body, L.buffer):
+        if _free_use(body, L.buffer):
             body = wrap(body, L.buffer)
     return body
 

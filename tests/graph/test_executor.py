@@ -7,6 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import tensorlang as tl
 import tensorlang.graph as G
 from tensorlang.graph import executor
 
@@ -64,7 +65,9 @@ def test_large_matmul_is_register_blocked():
     mod, _ = executor.compile_op("matmul", (("ta", False), ("tb", False)),
                                  ((128, 784), (784, 256)), ("float32", "float32"))
     text = str(mod.lowered)
-    assert "out_local = allocate(float32, [4, 64], 'local')" in text
+    mr, nv = executor.register_tile(128, 256, "float32")
+    lanes = tl.Target.parse("llvm").vector_lanes("float32")
+    assert f"out_local = allocate(float32, [{mr}, {nv * lanes}], 'local')" in text
     assert "# parallel" in text and "# vectorized" in text and "# unrolled" in text
 
 

@@ -25,7 +25,7 @@ from .half import f16_to_f32, f32_to_f16, f64_to_f16, native_conversions
 from ...ir.unswitch import hoist_tile_guards
 from .registers import (
     MAX_GUARDED_UNROLL, REGISTER_ARRAY_BYTES, UNROLL_BUDGET, VECTOR_PAD, indexes,
-    register_code_size,
+    rebase_register_loops, register_code_size,
 )
 from .vector import VectorContext, type_suffix
 from .vmath import erf_f32, exp_f32, log_f32, tanh_f32
@@ -737,6 +737,7 @@ class FunctionCodegen:
                 # the unrolled copies would only cost build time
                 if size is not None and size <= UNROLL_BUDGET:
                     self.registers.append(buf)
+                    s = Allocate(buf, rebase_register_loops(s.body, buf))
             with self.allocated(buf, ptr):
                 self.stmt(s.body)
             return
