@@ -1,5 +1,6 @@
 """lower(): the printed loop nest, argument checks, schedule construction."""
 
+import numpy as np
 import pytest
 
 import tensorlang as tl
@@ -85,3 +86,32 @@ def test_bound_schedules_build_for_both_gpu_targets():
     s[C].bind(C.op.axis[0], "blockIdx.x")
     assert ".entry main_k0" in tl.build(s, [A, B, C], target="nvptx").get_source()
     assert "__global__" in tl.build(s, [A, B, C], target="cuda").get_source()
+
+
+@pytest.mark.parametrize("parallel_outer", [False, True])
+def test_a_compute_at_buffer_is_allocated_once_per_iteration_of_its_loop(parallel_outer):
+    """The tile of `cache_write` placed at a loop inside a parallel loop is allocated in
+    that loop only: a second allocation at the parallel loop (which each iteration of
+    the inner loop already has its own copy inside) made the code generator count the
+    inner loop's copies as the register tile's code and leave it in memory."""
+    A = tl.placeholder((64, 64), name="A")
+    B = tl.placeholder((64, 64), name="B")
+    k = tl.reduce_axis((0, 64), name="k")
+    C = tl.compute((64, 64), lambda i, j: tl.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = tl.create_schedule(C)
+    CL = s.cache_write(C, "local")
+    io, jo, ii, ji = s[C].tile(*s[C].op.axis, 8, 16)
+    s[CL].compute_at(s[C], jo)
+    if parallel_outer:
+        s[C].parallel(io)
+    text = str(tl.lower(s, [A, B, C]))
+    assert text.count("C_local = allocate(") == 1, text
+    lines = text.splitlines()
+    at = next(i for i, x in enumerate(lines) if "C_local = allocate(" in x)
+    assert "for j_outer in range(4)" in lines[at - 1]           # inside its own loop
+    f = tl.build(s, [A, B, C])
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((64, 64)).astype("f4") for _ in range(2))
+    c = np.zeros((64, 64), "f4")
+    f(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
