@@ -284,13 +284,15 @@ def _block_matmul(s: tl.Schedule, mm: tl.Tensor, out: tl.Tensor, parallel: bool)
     b_bytes = int(np.prod([int(x.value) for x in B.shape[-2:]])) * item
     l2 = _host().cache_bytes[1]
     if flops >= PACK_MIN_FLOPS and n > nv * lanes and \
-            (b_bytes > l2 or not _rows_of_b_along_j(mm, B)):
+            (b_bytes > l2 // 2 or not _rows_of_b_along_j(mm, B)):
         # B in panels of the tile's width (TVM's and Halide's packed B): the k loop then
         # reads one contiguous run per k instead of a row n floats away. A B read along
-        # its rows that fits the L2 is read in place (the copy cost more than it saved:
-        # 512^3 219 -> 228 GFLOPS unpacked, 2-core Zen 4, 1 MiB L2). A larger one read in
-        # place walks B's rows a power-of-two stride apart through a few cache sets
-        # (1024^3 unpacked: 67-90 GFLOPS against 190-300 packed, 2-core Xeon, 2 MiB L2).
+        # its rows that fits half the L2 is read in place (the copy cost more than it
+        # saved: 512^3 219 -> 228 GFLOPS unpacked, 2-core Zen 4, 1 MiB L2). A larger one
+        # read in place walks B's rows through few cache sets and misses even in an L2
+        # that could hold it (2-core Xeon, 2 MiB L2, unpacked against packed, in one
+        # process: 640^3 63 against 193 GFLOPS, 720^3 51 against 184, 1024^3 67-90
+        # against 190-300).
         packed = s.pack(B, len(B.shape) - 1, nv * lanes, readers=[s[mm]])
     local = s.cache_write(mm, "local")
     if mm is not out:
