@@ -40,11 +40,9 @@ def register_tile(m: int, n: int, dtype: str, target: tl.Target | None = None):
     t = target or _host()
     lanes = t.vector_lanes(dtype)
     regs = t.vector_registers
-    best = (0, 0, 1, 1)
-    for nv in range(1, min(4, -(-n // lanes)) + 1):
-        mr = max(1, min(m, MAX_TILE_ROWS, (regs - nv - 1) // nv))
-        best = max(best, (mr * nv, mr, mr, nv))
-    return best[2], best[3]
+    tiles = [(max(1, min(m, MAX_TILE_ROWS, (regs - nv - 1) // nv)), nv)
+             for nv in range(1, min(4, -(-n // lanes)) + 1)]
+    return max(tiles, key=lambda t: (t[0] * t[1], t[0]))
 
 
 LATENCY_ACCUMULATORS = 8   # independent FMA chains that hide the FMA latency (4 cycles x 2)
@@ -274,13 +272,12 @@ def _block_matmul(s: tl.Schedule, mm: tl.Tensor, out: tl.Tensor, parallel: bool)
     m, n = (int(x.value) for x in mm.shape[-2:])
     lanes = _lanes(str(mm.dtype))
     mr, nv = register_tile(m, n, str(mm.dtype))
-    flops = int(np.prod([int(x.value) for x in mm.shape])) * int(np.prod(
-        [int(r.extent.value) for r in mm.op.reduce_axis]))
+    k = int(np.prod([int(r.extent.value) for r in mm.op.reduce_axis]))
+    flops = int(np.prod([int(x.value) for x in mm.shape])) * k
     parallel = parallel or flops >= 1 << 16
     packed = None
     B = mm.op.input_tensors[-1]
     item = mm.dtype.itemsize
-    k = int(np.prod([int(r.extent.value) for r in mm.op.reduce_axis]))
     b_bytes = int(np.prod([int(x.value) for x in B.shape[-2:]])) * item
     l2 = _host().cache_bytes[1]
     if flops >= PACK_MIN_FLOPS and n > nv * lanes and \
@@ -326,7 +323,8 @@ def _block_matmul(s: tl.Schedule, mm: tl.Tensor, out: tl.Tensor, parallel: bool)
     lt.vectorize(lji)
     # few row tiles (A has few rows, so streaming it again per block is cheap): the
     # blocks run in parallel, each packing its own panels
-    few_rows = -(-m // mr) < 2 * _host().cores
+    threads = _host().cores
+    few_rows = -(-m // mr) < 2 * threads
     if parallel:
         batch = next((a for a, e in zip(axes[:nb], out.shape[:nb]) if int(e.value) > 1), None)
         st.parallel(batch if batch is not None else jb if blocked and few_rows else io)
@@ -338,7 +336,7 @@ def _block_matmul(s: tl.Schedule, mm: tl.Tensor, out: tl.Tensor, parallel: bool)
             # packing all of B first wrote and re-read 64 MiB at 4096^2, as long as the
             # multiply itself when A has few rows (127x4096x4096: 97 -> 193 GFLOPS)
             s[packed].compute_at(st, jb)
-            if per_block < 2 * _host().cores:   # a block of few panels: k in parallel
+            if per_block < 2 * threads:     # a block of few panels: k in parallel
                 s[packed].reorder(pa[1], pa[0])
                 pa = [pa[1], pa[0]]
         if parallel and not (blocked and few_rows):

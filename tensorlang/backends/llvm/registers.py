@@ -66,7 +66,6 @@ def register_code_size(s: Stmt, buf: Buffer) -> int | None:
     return 0
 
 
-
 def rebase_register_loops(s: Stmt, buf: Buffer) -> Stmt:
     """`s` with every non-vector loop that indexes `buf` counting from zero (its variable
     v replaced by v + min inside it) and the indices into `buf` simplified, so that once
