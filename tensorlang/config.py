@@ -8,6 +8,8 @@ TL_FASTMATH=1 builds every LLVM kernel with fast math (`tl.build(..., fastmath=T
 for one kernel; see `fastmath`).
 TL_TUNE_LOG and TL_TUNE_BUDGET give tl.auto_schedule its default tuning log and seconds per
 operator (`tensorlang tune` sets them).
+TL_STREAM_STORES=0 stops the LLVM backend from storing large outputs non-temporally
+(`backends/llvm/stream.py`; default on, x86 only).
 TL_STRICT=1 turns a refused default schedule (the graph executor's, which then runs the
 declared loop nest, correct but up to 200x slower) into an error; the test suite sets it.
 """
@@ -46,6 +48,12 @@ def num_threads() -> int:
 def fp_contract() -> bool:
     """Whether a*b + c may become one fused multiply-add (TL_FP_CONTRACT, default 1)."""
     return os.environ.get("TL_FP_CONTRACT", "1").strip() not in ("0", "off", "false", "no")
+
+
+def stream_stores() -> bool:
+    """Whether x86 kernels may store large outputs non-temporally (TL_STREAM_STORES,
+    default 1; `backends/llvm/stream.py` says when they do)."""
+    return os.environ.get("TL_STREAM_STORES", "1").strip() not in ("0", "off", "false", "no")
 
 
 _FASTMATH: ContextVar[bool | None] = ContextVar("tl_fastmath", default=None)

@@ -62,9 +62,9 @@ def build(outputs, args, target="llvm"):
 
 
 def pytest_addoption(parser):
-    parser.addoption("--legality-examples", type=int, default=2000,
+    parser.addoption("--legality-examples", type=int, default=1000,
                      help="examples of the legality-vs-brute-force property test")
-    parser.addoption("--fuzz-examples", type=int, default=2000,
+    parser.addoption("--fuzz-examples", type=int, default=1000,
                      help="examples of the whole-pipeline differential fuzzer")
     parser.addoption("--fuzz-random", action="store_true",
                      help="draw the fuzzer's examples at random (default: a fixed sequence, "

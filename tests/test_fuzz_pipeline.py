@@ -16,7 +16,7 @@ function or a float reduction (libm vs numpy; summation order); those programs n
 float back into a comparison or an integer, so their tolerance cannot hide a wrong branch.
 fma contraction is off here (TL_FP_CONTRACT=0): the exactness is the point.
 
-Examples: 2,000 in CI; `pytest tests/test_fuzz_pipeline.py --fuzz-examples=20000` runs more.
+Examples: 1,000 in CI; `pytest tests/test_fuzz_pipeline.py --fuzz-examples=20000` runs more.
 """
 
 from __future__ import annotations

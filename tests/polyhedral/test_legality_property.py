@@ -7,7 +7,7 @@ brute force: the schedule, applied *without* the check, is run in the IR interpr
 parallel loops forwards and backwards) on several random inputs with the output preset to
 NaN, and is legal exactly when every run equals the declared order's result.
 
-Examples: 2,000 in CI; `pytest ... --legality-examples=20000` runs more.
+Examples: 1,000 in CI; `pytest ... --legality-examples=20000` runs more.
 """
 
 import numpy as np

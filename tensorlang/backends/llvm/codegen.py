@@ -27,6 +27,7 @@ from .registers import (
     MAX_GUARDED_UNROLL, REGISTER_ARRAY_BYTES, UNROLL_BUDGET, VECTOR_PAD, indexes,
     rebase_register_loops, register_code_size,
 )
+from .stream import fence, streamed_buffers
 from .vector import VectorContext, type_suffix
 from .vmath import erf_f32, exp_f32, log_f32, tanh_f32
 
@@ -111,6 +112,8 @@ class FunctionCodegen:
         self.registers: list[Buffer] = []    # small local arrays SROA can keep in registers
         self.padded: set[int] = set()        # arrays with VECTOR_PAD spare elements
         self.row_shape: dict[int, tuple] = {}  # small arrays whose rows are padded
+        self.streamed: set[int] = set()      # arguments stored non-temporally (stream.py)
+        self.streams = False                 # some store was non-temporal: fence at the end
 
     def ty(self, d: DType) -> ir.Type:
         """The LLVM type of a value of dtype `d`: a vector inside a vectorized loop."""
@@ -755,6 +758,8 @@ class FunctionCodegen:
         b.call(free, [raw])
 
     def finish(self) -> None:
+        if self.streams:
+            fence(self)
         self.return_status(0)
         with self.builder.goto_block(self.entry):
             self.builder.branch(self.fn.blocks[1])
@@ -766,6 +771,7 @@ def emit_function(module: ir.Module, name: str, buffers, params, body: Stmt,
     with `refuse`, it first returns 2 where that condition holds (sizes the kernel must not
     run with)."""
     cg = FunctionCodegen(module, name, buffers, params, threads, target)
+    cg.streamed = streamed_buffers(name, buffers, body, target)
     if refuse is not None:
         b = cg.builder
         with b.if_then(cg.expr(refuse), likely=False):

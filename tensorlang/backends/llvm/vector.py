@@ -20,6 +20,7 @@ from ...ir.expr import (
 )
 from ...ir.stmt import Let, Store
 from ...ir.visit import map_expr, substitute, walk
+from . import stream
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 
@@ -278,6 +279,9 @@ class VectorContext:
         if kind == "contiguous":
             ptr = b.bitcast(self._scalar_address(cg, s.buffer, idx), vt.as_pointer())
             if self.mask is None:
+                if id(s.buffer) in cg.streamed and \
+                        stream.stream_store(cg, v, ptr, s.buffer.dtype.itemsize):
+                    return
                 b.store(v, ptr, align=self.aligned.get(id(s), self._align(s.buffer).constant))
             elif self._padded(cg, s.buffer, idx):    # a blend: every lane, the off ones
                 old = b.load(ptr, align=self._align(s.buffer).constant)   # unchanged

@@ -1,0 +1,168 @@
+"""Streaming (non-temporal) stores: output arrays written past the caches.
+
+A kernel that writes an array it never reads, when everything it touches outgrows the cores'
+private caches, gains nothing from the written lines sitting in cache: a plain store first
+reads each line from memory (read for ownership) and later writes it back, so the output
+costs twice its size in memory traffic. A non-temporal store (`movntps`) writes the line
+without reading it. Measured on a 2-core AVX-512 Xeon, E = D + (A+B)*C over 2^24 floats:
+30 -> 36-38 GB/s; 2^21: 50 -> 58-62; at 2^16 (1.25 MiB in all, inside the L2) plain stores
+are faster (51 against 33-44), hence the size rule.
+
+x86-64 only (measured there; AArch64's `stnp` orders differently). A non-temporal vector store
+must be aligned to its size, which numpy's arrays (16-byte aligned) often are not: each
+vector store tests its address at run time, one store of the whole vector when aligned,
+16-byte pieces when only that is, a plain store otherwise. Non-temporal stores are weakly
+ordered, so a function that made them ends on `sfence` (each parallel task too) before its
+results are read by another thread.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ...config import debug_print, stream_stores
+from ...ir.expr import Add, Const, Expr, Load, Mul, binary
+from ...ir.stmt import Allocate, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store
+from ...ir.visit import stmt_exprs, substitute, walk, walk_stmt
+from .vector import linear_coeff
+
+I32, I64 = ir.IntType(32), ir.IntType(64)
+_X86 = ("x86_64", "amd64")
+PIECE = 16          # bytes: the narrowest non-temporal vector store (`movntps xmm`)
+RUN = 1024          # bytes a store must write in one ascending run to stream
+
+
+def streamed_buffers(name: str, buffers: list[Buffer], body: Stmt, target) -> set[int]:
+    """The ids of the arguments whose vector stores stream: on x86-64, arrays the kernel never
+    reads, when all its arrays together (constant sizes) exceed the L2s of the cores, and
+    whose every store is a vector store that the loops around it continue in one ascending
+    run of at least RUN bytes. (Short runs, such as a matmul's register tile written back
+    row by row, keep several partial lines open at once; streamed, the executor's 1024^3
+    matmul fell from 294 to 258 GFLOPS.)"""
+    if target is None or target.arch not in _X86 or not stream_stores():
+        return set()
+    total = 0
+    for b in buffers:
+        if not all(isinstance(x, Const) for x in b.shape):
+            return set()        # sizes known only at run time: left to the caches
+        n = b.dtype.itemsize
+        for x in b.shape:
+            n *= int(x.value)
+        total += n
+    l2, cores = target.cache_bytes[1], target.cores
+    if total <= l2 * cores:
+        return set()
+    loaded = {id(x.buffer) for st in walk_stmt(body) for e in stmt_exprs(st)
+              for x in walk(e) if isinstance(x, Load)}
+    runs = _runs(body)
+    out = {id(b) for b in buffers if id(b) not in loaded and not b.dtype.is_bool
+           and runs.get(id(b)) and min(runs[id(b)]) * b.dtype.itemsize >= RUN}
+    if out:
+        names = ", ".join(b.name for b in buffers if id(b) in out)
+        debug_print(1, f"llvm: {name} streams its stores to {names} past the caches "
+                       f"(non-temporal: {total >> 20} MiB in all > {cores} x "
+                       f"{l2 >> 10} KiB of L2)")
+    return out
+
+
+def _flat(st: Store) -> Expr | None:
+    """The store's row-major element offset, or None if the buffer's shape is not constant."""
+    if not all(isinstance(x, Const) for x in st.buffer.shape):
+        return None
+    flat: Expr | None = None
+    stride = 1
+    for i, n in zip(reversed(st.indices), reversed(st.buffer.shape)):
+        term = binary(Mul, i, stride) if stride != 1 else i
+        flat = term if flat is None else binary(Add, flat, term)
+        stride *= int(n.value)
+    return flat
+
+
+def _runs(body: Stmt) -> dict[int, list[int]]:
+    """For each buffer stored to: per store, the elements written in one ascending run by
+    the vector loop around it and the loops that continue it (0: not a vector store)."""
+    runs: dict[int, list[int]] = {}
+
+    def visit(s: Stmt, loops: list[For], lets: dict[str, Expr]) -> None:
+        if isinstance(s, Seq):
+            for x in s.stmts:
+                visit(x, loops, lets)
+        elif isinstance(s, For):
+            visit(s.body, loops + [s], lets)
+        elif isinstance(s, (Allocate,)):
+            visit(s.body, loops, lets)
+        elif isinstance(s, Let):
+            visit(s.body, loops, {**lets, s.var.name: substitute(s.value, lets)})
+        elif isinstance(s, If):
+            visit(s.then_body, loops, lets)
+            if s.else_body is not None:
+                visit(s.else_body, loops, lets)
+        elif isinstance(s, Store):
+            runs.setdefault(id(s.buffer), []).append(_run(s, loops, lets))
+
+    visit(body, [], {})
+    return runs
+
+
+def _run(st: Store, loops: list[For], lets: dict[str, Expr]) -> int:
+    flat = _flat(st)
+    vec = [k for k, f in enumerate(loops) if f.kind is LoopKind.VECTORIZED]
+    if flat is None or not vec or not isinstance(loops[vec[-1]].extent, Const):
+        return 0
+    flat = substitute(flat, lets)
+    k = vec[-1]
+    if linear_coeff(flat, loops[k].var.name) != 1 or \
+            any(linear_coeff(flat, f.var.name) != 0 for f in loops[k + 1:]):
+        return 0                     # not one element per lane, or loops inside the vector
+    run = int(loops[k].extent.value)
+    for f in reversed(loops[:k]):     # enclosing loops that carry the run on
+        if linear_coeff(flat, f.var.name) != run or not isinstance(f.extent, Const):
+            break
+        run *= int(f.extent.value)
+    return run
+
+
+def stream_store(cg, v: ir.Value, ptr: ir.Value, itemsize: int) -> bool:
+    """Store the vector `v` at `ptr` non-temporally where its address allows (see the
+    module's docstring); False (nothing written) when the vector's size does not suit."""
+    size = v.type.count * itemsize
+    if size not in (16, 32, 64) or size % PIECE:
+        return False
+    b = cg.builder
+    md = cg.module.add_metadata([ir.Constant(I32, 1)])
+    addr = b.ptrtoint(ptr, I64)
+
+    def aligned(n):
+        return b.icmp_unsigned("==", b.and_(addr, ir.Constant(I64, n - 1)),
+                               ir.Constant(I64, 0))
+
+    def pieces():
+        per = PIECE // itemsize
+        pt = ir.VectorType(v.type.element, per)
+        base = b.bitcast(ptr, pt.as_pointer())
+        for k in range(size // PIECE):
+            part = b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), ir.Constant(
+                ir.VectorType(I32, per), list(range(k * per, (k + 1) * per))))
+            st = b.store(part, b.gep(base, [ir.Constant(I32, k)]), align=PIECE)
+            st.set_metadata("nontemporal", md)
+
+    with b.if_else(aligned(size)) as (whole, other):
+        with whole:
+            b.store(v, ptr, align=size).set_metadata("nontemporal", md)
+        with other:
+            if size == PIECE:
+                b.store(v, ptr, align=itemsize)
+            else:
+                with b.if_else(aligned(PIECE)) as (part, plain):
+                    with part:
+                        pieces()
+                    with plain:
+                        b.store(v, ptr, align=itemsize)
+    cg.streams = True
+    return True
+
+
+def fence(cg) -> None:
+    """Order the function's non-temporal stores before what follows its return."""
+    f = cg._declare("llvm.x86.sse.sfence", ir.VoidType(), [])
+    cg.builder.call(f, [])
