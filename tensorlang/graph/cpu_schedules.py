@@ -64,14 +64,15 @@ def _fill(n: int, tile: int) -> float:
 
 def conv_columns(ow: int, regs: int) -> int | None:
     """Output columns per tile of the channel-blocked conv2d, one vector of channels per
-    column: a divisor of the output width, either at most half the vector registers or
-    all of them but the weights' vector, a broadcast and two spares (28 of AVX-512's 32,
-    TVM's reg_n). Between the two, LLVM keeps the overlapping input broadcasts of the
-    unrolled kw loop in registers and spills (measured at 19, 20, 24 and 27 columns: 80 to
-    130 GFLOPS against 207 at 28 and 14); a partial last tile spills likewise. None when
-    no such divisor reaches 4 columns."""
-    ok = [d for d in range(1, min(ow, regs - 4) + 1)
-          if ow % d == 0 and (d <= regs // 2 or d == regs - 4)]
+    column: a divisor of the output width, at most half the vector registers (LLVM keeps
+    the overlapping input broadcasts of the unrolled kw loop in the other half). Beyond
+    that it spills: on Zen 4, 19, 20, 24 and 27 columns ran at 80 to 130 GFLOPS against 207
+    at 14; 28 (all registers but the weights, a broadcast and two spares, TVM's reg_n) was
+    level with 14 there, but on a 2-core AVX-512 Xeon (one process, alternating) 14 columns
+    ran 1.1-1.2x faster: 64->64 at 56^2 310-314 against 250-284 GFLOPS, 128->128 at 28^2
+    320 against 255. A partial last tile spills likewise. None when no such divisor reaches
+    4 columns."""
+    ok = [d for d in range(1, min(ow, regs // 2) + 1) if ow % d == 0]
     best = max(ok, key=lambda d: (min(d, LATENCY_ACCUMULATORS), d), default=None)
     return best if best is not None and best >= 4 else None
 
