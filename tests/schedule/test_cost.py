@@ -233,3 +233,96 @@ def test_a_recurrence_under_a_fused_loop_goes_through_memory():
     fused = tl.create_schedule(Y)
     fused[Y].fuse("i", "j")
     assert cost.estimate(fused, "llvm").seconds > 1.5 * cost.estimate(plain, "llvm").seconds
+
+
+def _wavefront(n):
+    X = tl.placeholder((n, n), "float32", name="X")
+    return X, tl.recurrence((n, n), lambda u, i, j: X[i, j] + 0.5 * (
+        tl.if_then_else(i >= 1, u[i - 1, j], 0.0) +
+        tl.if_then_else(j >= 1, u[i, j - 1], 0.0)), dtype="float32", name="U")
+
+
+def _skewed(U, ti, tj):
+    s = tl.create_schedule(U)
+    io, jo, ii, ji = s[U].tile("i", "j", ti, tj)
+    s[U].skew(io, jo, factor=1)
+    s[U].reorder(jo, io)
+    s[U].parallel(io)
+    return s
+
+
+def test_a_wavefronts_launches_and_rounds_are_counted_exactly():
+    """Tiles of a skewed 2-D recurrence in parallel along anti-diagonals: the middle
+    diagonal (the representative iteration) has the most tiles; the model enumerates the
+    diagonals (isl) for the true tile count, the launches and the rounds of 2 cores —
+    against the same counted here by hand."""
+    X, U = _wavefront(256)
+    s = _skewed(U, 16, 16)
+    (st,) = cost.placed_statements(s)
+    p = 1
+    rep = st.trips[0] * st.trips[1]
+    scale, imbalance, forks, used = cost._exact_rounds(st, p, rep, 2)
+    tiles = [min(d, 30 - d) + 1 for d in range(31)]          # 16 x 16 tiles per diagonal
+    assert forks == 31 and used == 2
+    assert scale * rep == sum(tiles) == 256
+    assert imbalance == sum(-(-t // 2) for t in tiles) * 2 / 256
+    square = tl.create_schedule(U)                            # rectangular: nothing to fix
+    (st,) = cost.placed_statements(square)
+    assert cost._exact_rounds(st, 0, st.trips[0], 2) is None
+
+
+def test_narrow_wavefront_tiles_overlap_their_rows_chains():
+    """Row i + 1 of a tile runs one element behind row i; rows of 16 elements fit the
+    out-of-order window several at once, rows of 128 do not (measured 1.0 against 1.8 ms
+    at 1024^2 on a 2-core Xeon). The chain per element is two dependent instructions (the
+    sum of the neighbours, then the multiply-add)."""
+    X, U = _wavefront(1024)
+    narrow, wide = _skewed(U, 64, 16), _skewed(U, 64, 128)
+    (st,) = cost.placed_statements(narrow)
+    assert cost._chain_ops(st) == 2
+    a, b = (cost.estimate(s, "llvm").seconds for s in (narrow, wide))
+    assert b > 1.15 * a
+
+
+def test_a_fused_loop_outside_the_parallel_loop_keeps_the_chain_in_registers():
+    """IIR rows: (row blocks, column blocks) fused and serial, the rows of a block in
+    parallel: inside a task the fused counter is a constant, so the recurrence stays in a
+    register (measured the fastest of 16 sampled schedules, 0.66 ms at 1024^2)."""
+    X = tl.placeholder((1024, 1024), "float32", name="X")
+    Y = tl.recurrence((1024, 1024), lambda y, i, j: X[i, j] + tl.if_then_else(
+        j >= 1, 0.5 * y[i, j - 1], 0.0), dtype="float32", name="Y")
+
+    def sched(fuse):
+        s = tl.create_schedule(Y)
+        jo, ji = s[Y].split("j", factor=64)
+        io, ii = s[Y].split("i", factor=32)
+        s[Y].reorder(io, jo, ii, ji)
+        if fuse:
+            s[Y].fuse(io, jo)
+        s[Y].parallel(ii)
+        return s
+    (st,) = cost.placed_statements(sched(True))
+    assert cost._chain_ops(st) == 1
+    fused, plain = (cost.estimate(sched(f), "llvm").seconds for f in (True, False))
+    assert fused < 1.1 * plain
+
+
+def test_data_that_fits_the_l2_stays_there_between_calls(monkeypatch):
+    """A heat stencil of 64 steps over 4096 points (1 MiB) fits a 2 MiB L2: called again,
+    it finds its data there (measured 0.05 ms serial, the model said 0.10 before, as if
+    it came from L3); over 16384 points (4 MiB) it does not."""
+    import tensorlang.target as T
+
+    monkeypatch.setattr(T, "_CACHES", [(48 << 10, 2 << 20, 32 << 20)])
+
+    def l2_traffic(n):
+        X = tl.placeholder((n,), "float32", name="X")
+        U = tl.recurrence((64, n), lambda u, t, i: tl.if_then_else(
+            t == 0, X[i], tl.if_then_else(tl.all(i >= 1, i <= n - 2),
+                                          (u[t - 1, i - 1] + u[t - 1, i] + u[t - 1, i + 1])
+                                          * (1.0 / 3.0), u[t - 1, i])),
+            dtype="float32", name="U")
+        (c,) = cost.estimate(tl.create_schedule(U), "llvm").statements
+        return c.traffic[1]
+    assert l2_traffic(4096) == 0
+    assert l2_traffic(16384) > 4 * 16384 * 64
