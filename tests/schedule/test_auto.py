@@ -276,3 +276,29 @@ def test_the_default_executor_is_tuned_and_recorded_under_a_tuning_log(tmp_path,
     np.testing.assert_allclose(again, got, rtol=1e-6, atol=1e-6)
     assert len(log.read_text().splitlines()) == n          # replayed, not searched again
     E._KERNELS.clear()
+
+
+def test_producers_are_never_placed_inside_their_readers_reduction():
+    """A padded input placed at a conv's reduction loop runs between the register tile's
+    updates (measured 18 ms against 0.85 with it at the tile's loops): the sampler places
+    producers only at loops outside the reader's reduction."""
+    X = tl.placeholder((1, 8, 20, 20), "float32", name="X")
+    W = tl.placeholder((8, 8, 3, 3), "float32", name="W")
+    xp = tl.compute((1, 8, 22, 22), lambda b, c, y, x: tl.if_then_else(
+        tl.all(y >= 1, y <= 20, x >= 1, x <= 20), X[b, c, y - 1, x - 1], 0.0), name="xpad")
+    rc, rp, rq = (tl.reduce_axis((0, n), name=nm) for n, nm in ((8, "rc"), (3, "rp"),
+                                                                 (3, "rq")))
+    Y = tl.compute((1, 8, 20, 20), lambda b, o, i, j: tl.sum(
+        xp[b, rc, i + rp, j + rq] * W[o, rc, rp, rq], axis=[rc, rp, rq]), name="Y")
+    rng = random.Random(2)     # (the old sampler placed one inside at the first sample)
+    placed = 0
+    for _ in range(8):
+        s = auto.sample([Y], "llvm", rng)
+        for st_ in s.stages:
+            if st_.state.attach is None:
+                continue
+            reader = s.stage(st_.state.attach[0])
+            red = {ax.var.name for ax in reader.op.reduce_axis}
+            assert not red & set(st_.state.attach[1].split(".")), s.trace_text()
+            placed += 1
+    assert placed >= 3                      # producers were placed, at spatial loops
