@@ -171,13 +171,19 @@ def _loop_kinds(st) -> dict[str, str]:
     return {lp.name: lp.kind.name for lp in st.state.loops}
 
 
-def test_a_matmul_whose_b_overflows_half_the_l2_goes_in_blocks_of_b_panels():
+def test_a_matmul_whose_b_overflows_half_the_l2_goes_in_blocks_of_b_panels(monkeypatch):
     """A packed B larger than half the L2 is multiplied a block of its panels at a time
     (the block fits half the L2), the blocks outermost: each block is packed inside the
     block loop, just before the row tiles (in parallel) read it from L2. With the row
     tiles outermost, every row tile read all of B from the last-level cache (1024^3 on a
     2-core Xeon VM: 70-120 against 300 GFLOPS). A B that fits half the L2 keeps the row
-    tiles outermost; an A of few row tiles runs the blocks in parallel instead."""
+    tiles outermost; an A of few row tiles runs the blocks in parallel instead. (On 2 cores
+    with a 2 MiB L2, whatever this machine has: "few" row tiles is fewer than 2 per core.)"""
+    import tensorlang.target as T
+
+    monkeypatch.setenv("TL_NUM_THREADS", "2")
+    monkeypatch.setattr(T, "_CACHES", [(48 << 10, 2 << 20, 32 << 20)])
+    E._KERNELS.clear()
     l2 = tl.Target.parse("llvm").cache_bytes[1]
     for (m, k, n), first in (((1024, 1024, 1024), ("column blocks", "SERIAL")),
                              ((127, 4100, 4100), ("column blocks", "SERIAL")),
@@ -229,7 +235,11 @@ def test_the_matmul_tile_stays_in_registers_at_awkward_sizes(monkeypatch, m, k, 
     (full/partial rows x full/partial vectors, hoisted out of k): too much unrolled code
     for the register budget, so the accumulators were stored to the stack after every FMA
     (127x4100x4100: 77 GFLOPS with two threads, 173 with the tile in registers). The
-    executor's tile must leave no local array in the optimised IR."""
+    executor's tile must leave no local array in the optimised IR. With the panels outer on
+    16 cores, 127 rows are few row tiles: the blocks of panels run in parallel and the tile
+    is allocated outside the row-tile loop (on a 16-core host it stayed in memory until the
+    codegen sized it with its loops rebased); on 2 cores the row tiles run in parallel."""
+    monkeypatch.setenv("TL_NUM_THREADS", "16" if panels_outer else "2")
     if panels_outer:
         _small_caches(monkeypatch, 16 << 10)
     x, y = G.Variable("x", (m, k), "float32"), G.Variable("y", (k, n), "float32")

@@ -734,13 +734,17 @@ class FunctionCodegen:
                 ptr.align = 64
             if small:
                 self.padded.add(id(buf))
-                size = register_code_size(s.body, buf)
                 # a register tile only when every index into it can become a constant,
                 # in code of bounded size; otherwise SROA cannot promote it anyway and
-                # the unrolled copies would only cost build time
+                # the unrolled copies would only cost build time. Sized once its loops
+                # start at 0: a tile allocated outside its row-tile loop indexes rows as
+                # `i0 - 8 * i0_outer`, which is not that loop's index once rebased
+                # (counted as one, the row-tile loop looked unrolled: 16 x the code)
+                rebased = rebase_register_loops(s.body, buf)
+                size = register_code_size(rebased, buf)
                 if size is not None and size <= UNROLL_BUDGET:
                     self.registers.append(buf)
-                    s = Allocate(buf, rebase_register_loops(s.body, buf))
+                    s = Allocate(buf, rebased)
             with self.allocated(buf, ptr):
                 self.stmt(s.body)
             return
