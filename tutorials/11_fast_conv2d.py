@@ -5,9 +5,12 @@ output columns (the direct form) waste lanes when the width is not a multiple of
 vector (56 = 3.5 vectors of 16); vectors along the output channels do not: the output
 channels are computed in blocks of LANES (NCHW[LANES]c, the layout of TVM's conv2d_NCHWc
 and oneDNN), with the weights packed so that one block's weights for an input channel and
-tap are one vector load. A tile of 28 output columns x LANES channels stays in 28
+tap are one vector load. A tile of COLS output columns x LANES channels stays in COLS
 registers over the whole reduction (c, kh, kw); each step broadcasts one input element per
-column (an FMA with a broadcast operand on AVX-512). The tile is then written to the NCHW
+column (an FMA with a broadcast operand on AVX-512). COLS is the largest divisor of the
+width that takes at most half the vector registers (14 of AVX-512's 32 at 56 x 56: 28, all
+but four registers, as TVM's reg_n, spilled the input broadcasts LLVM keeps for the next
+kw and ran 1.1-1.2x slower on a 2-core Xeon). The tile is then written to the NCHW
 output, one vector of channels per column.
 
 The schedule below is what the graph executor uses for such layers
@@ -26,7 +29,8 @@ import tensorlang as tl
 H = int(os.environ.get("TL_TUTORIAL_N", 56))      # output height = width
 C = K = 64                                         # input and output channels
 LANES = tl.Target.parse("llvm").vector_lanes("float32")
-COLS = max(d for d in range(1, min(H, 28) + 1) if H % d == 0)   # columns per tile
+REGS = tl.Target.parse("llvm").vector_registers
+COLS = max(d for d in range(1, min(H, REGS // 2) + 1) if H % d == 0)   # columns per tile
 
 
 def declare():

@@ -41,7 +41,10 @@ def map_expr(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
     """Post-order rewrite: children first, then `fn` on the rebuilt node (None = keep)."""
     kids = e.children
     if kids:
-        new = tuple(map_expr(k, fn) for k in kids)
+        # a list comprehension, not a generator: on Python 3.12 a generator consumed by
+        # tuple() is a C call per level, and C recursion has its own fixed limit that a
+        # 10,000-deep expression passes (the comprehension runs in this frame)
+        new = tuple([map_expr(k, fn) for k in kids])
         if any(n is not k for n, k in zip(new, kids)):
             e = rebuild(e, new)
     out = fn(e)
