@@ -380,7 +380,7 @@ def structural_key(e: object) -> object:
                 parts.append(structural_key(v))
         return tuple(parts)
     if isinstance(e, tuple):
-        return tuple(structural_key(x) for x in e)
+        return tuple([structural_key(x) for x in e])   # (a list: see ir/visit.map_expr)
     if isinstance(e, float):
         return ("f", e)  # keep 1 and 1.0 apart
     return e

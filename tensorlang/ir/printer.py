@@ -49,9 +49,9 @@ def _expr(e: Expr, prec: int = 0) -> str:
     if t is Cast:
         return f"{e.dtype}({_expr(e.value)})"
     if t is Call:
-        return f"{e.name}({', '.join(_expr(a) for a in e.args)})"
+        return f"{e.name}({', '.join([_expr(a) for a in e.args])})"
     if t is Load:
-        return f"{e.buffer.name}[{', '.join(_expr(i) for i in e.indices)}]"
+        return f"{e.buffer.name}[{', '.join([_expr(i) for i in e.indices])}]"
     printer = getattr(e, "_print", None)
     if printer is not None:
         return printer(_expr)

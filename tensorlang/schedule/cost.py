@@ -540,7 +540,7 @@ def _chain_ops(st: _Stmt) -> int:
     def depth(e) -> int | None:
         if isinstance(e, Load):
             return 0 if id(e.buffer) in mine else None
-        kids = [d for d in (depth(c) for c in _children(e)) if d is not None]
+        kids = [d for d in [depth(c) for c in _children(e)] if d is not None]
         if not kids:
             return None
         own = 1 if isinstance(e, (Add, Sub, Div, Call)) and e.dtype.is_float else 0

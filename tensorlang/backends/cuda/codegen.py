@@ -225,7 +225,7 @@ class KernelWriter:
             if fn is None:
                 raise TensorlangError(f"cuda backend: unknown function {e.name}")
             single = e.dtype.name in ("float32", "float16")
-            args = ", ".join(self.expr(a) for a in e.args)
+            args = ", ".join([self.expr(a) for a in e.args])
             return f"{fn}{'f' if single else ''}({args})"
         if isinstance(e, IndexCheck):
             return self.check(e)
@@ -486,7 +486,7 @@ def _uses_var(e: Expr, name: str, skip: set[int]) -> bool:
         return False
     if isinstance(e, Var):
         return e.name == name
-    return any(_uses_var(k, name, skip) for k in e.children)
+    return any([_uses_var(k, name, skip) for k in e.children])
 
 
 _VECTOR_TYPES = {("float32", 2): "float2", ("float32", 4): "float4",
