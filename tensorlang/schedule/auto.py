@@ -34,6 +34,7 @@ import random
 import time
 from dataclasses import dataclass, field
 
+import islpy as isl
 import numpy as np
 
 from ..config import debug_print, tune_budget, tune_log
@@ -208,10 +209,9 @@ def sample(outputs, target, rng: random.Random) -> Schedule:
             # a loop of the reader outside its reduction: placed inside it, the producer
             # runs between a register tile's updates (a conv's padded input at `rc`, inside
             # its 12 x 2-vector tile: 18 ms against 0.85 at the tile's loops, 2-core Xeon)
-            red = {ax.var.name for ax in getattr(r.op, "reduce_axis", ())}
             loops = []
-            for lp in r.state.loops:
-                if red & set(lp.name.split(".")):
+            for lp, over in zip(r.state.loops, _reduction_loops(r)):
+                if over:
                     break
                 if lp.kind is not LoopKind.VECTORIZED:
                     loops.append(lp.name)
@@ -259,19 +259,30 @@ def _rows(s: Schedule, stages: list) -> None:
             _try(st, "compute_at", out, row)
 
 
+def _reduction_loops(st) -> list[bool]:
+    """Per loop of the stage, whether it moves with a reduce axis (isl: that output of the
+    stage's schedule map involves the reduce dimensions of its space)."""
+    state = st.state
+    m = state.sched
+    n_out, n_in = m.dim(isl.dim_type.out), m.dim(isl.dim_type.in_)
+    red = n_in - state.n_spatial
+    return [red > 0 and m.project_out(isl.dim_type.out, d + 1, n_out - d - 1)
+            .project_out(isl.dim_type.out, 0, d)
+            .involves_dims(isl.dim_type.in_, state.n_spatial, red) for d in range(n_out)]
+
+
 def _parallel_outer(st, rng: random.Random) -> None:
     """The outermost loops fused and parallel; a loop that carries a dependence is refused
     (isl's witness) and the next one is tried."""
     loops = [lp.name for lp in st.state.loops]
-    red = tuple(a.var.name for a in st.op.reduce_axis)
-    if len(loops) >= 2 and rng.random() < 0.5 and \
-            not any(x.split(".")[0] in red for x in loops[:2]) and \
+    red = _reduction_loops(st)
+    if len(loops) >= 2 and rng.random() < 0.5 and not any(red[:2]) and \
             all(lp.kind is LoopKind.SERIAL for lp in st.state.loops[:2]):
         f = _try(st, "fuse", loops[0], loops[1])
         if f is not None and _try(st, "parallel", f) is not None:
             return
-    for name in [lp.name for lp in st.state.loops][:2]:
-        if name.split(".")[0] in red:
+    for name, over in list(zip(loops, red))[:2]:
+        if over:
             return                          # a reduction loop: rfactor first, not parallel
         if _try(st, "parallel", name) is not None or \
                 name not in [lp.name for lp in st.state.loops]:

@@ -540,7 +540,7 @@ def _chain_ops(st: _Stmt) -> int:
     def depth(e) -> int | None:
         if isinstance(e, Load):
             return 0 if id(e.buffer) in mine else None
-        kids = [d for d in [depth(c) for c in _children(e)] if d is not None]
+        kids = [d for d in [depth(c) for c in e.children] if d is not None]
         if not kids:
             return None
         own = 1 if isinstance(e, (Add, Sub, Div, Call)) and e.dtype.is_float else 0
@@ -548,19 +548,6 @@ def _chain_ops(st: _Stmt) -> int:
 
     best = [depth(x.value) for x in walk_stmt(st.e.stmt.body) if isinstance(x, Store)]
     return max([d for d in best if d is not None] + [1])
-
-
-def _children(e) -> list:
-    if isinstance(e, (Add, Sub, Mul, Div, Max, Min, And, Or, CmpOp)):
-        return [e.a, e.b]
-    if isinstance(e, Select):
-        return [e.cond, e.true_value, e.false_value]
-    if isinstance(e, Call):
-        return list(e.args)
-    if isinstance(e, Not):
-        return [e.a]
-    v = getattr(e, "value", None)           # a cast's operand (a constant's is a number)
-    return [v] if isinstance(v, Expr) else []
 
 
 def _carried(st: _Stmt, r: int) -> bool:

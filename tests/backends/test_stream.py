@@ -15,7 +15,9 @@ def _big() -> int:
     return 3 * HOST.cache_bytes[1] * HOST.cores // 4 + 5      # not a multiple of a vector
 
 
-def _axpy(n, target="llvm", update=False):
+def _axpy(n, target="llvm"):
+    # (not test_targets.vector_axpy: its A * 3 + B rounds differently once contracted into
+    # a multiply-add; times 2 is exact, so every target compares equal to numpy)
     A = tl.placeholder((n,), "float32", name="A")
     B = tl.placeholder((n,), "float32", name="B")
     C = tl.compute((n,), lambda i: A[i] * 2.0 + B[i], name="C")

@@ -55,10 +55,14 @@ def streamed_buffers(name: str, buffers: list[Buffer], body: Stmt, target) -> se
             n *= int(x.value)
         total += n
     l2, cores = target.cache_bytes[1], target.cores
-    if total <= l2 * cores or any(isinstance(st, Allocate) for st in walk_stmt(body)):
+    if total <= l2 * cores:
         return set()
-    loaded = {id(x.buffer) for st in walk_stmt(body) for e in stmt_exprs(st)
-              for x in walk(e) if isinstance(x, Load)}
+    loaded = set()
+    for st in walk_stmt(body):
+        if isinstance(st, Allocate):
+            return set()
+        loaded.update(id(x.buffer) for e in stmt_exprs(st) for x in walk(e)
+                      if isinstance(x, Load))
     runs = _runs(body)
     out = {id(b) for b in buffers if id(b) not in loaded and not b.dtype.is_bool
            and runs.get(id(b)) and min(runs[id(b)]) * b.dtype.itemsize >= RUN}
@@ -94,7 +98,7 @@ def _runs(body: Stmt) -> dict[int, list[int]]:
                 visit(x, loops, lets)
         elif isinstance(s, For):
             visit(s.body, loops + [s], lets)
-        elif isinstance(s, (Allocate,)):
+        elif isinstance(s, Allocate):
             visit(s.body, loops, lets)
         elif isinstance(s, Let):
             visit(s.body, loops, {**lets, s.var.name: substitute(s.value, lets)})
@@ -131,7 +135,7 @@ def stream_store(cg, v: ir.Value, ptr: ir.Value, itemsize: int) -> bool:
     """Store the vector `v` at `ptr` non-temporally where its address allows (see the
     module's docstring); False (nothing written) when the vector's size does not suit."""
     size = v.type.count * itemsize
-    if size not in (16, 32, 64) or size % PIECE:
+    if size not in (16, 32, 64):
         return False
     b = cg.builder
     md = cg.module.add_metadata([ir.Constant(I32, 1)])
