@@ -21,6 +21,7 @@ from ..ir.expr import (
 from ..ir.simplify import simplify
 from ..ir.stmt import Allocate, For, If, Let, LoopKind, Seq, Stmt, seq
 from ..ir.visit import free_vars, map_stmt, stmt_exprs, substitute
+from .affine import affine_str
 from .model import Loop, StageState, Statement
 from .transform import dim_range, extent_bound
 
@@ -220,9 +221,13 @@ class _Translator:
         node.foreach_descendant_top_down(visit)
         return found
 
-    def extent_bound(self, k_dim: int, body: isl.AstNode) -> int | None:
-        """isl's constant bound on the trip count of the loop over time dim `k_dim` whose
-        body is `body` (the union of the ranges of the statements inside), or None."""
+    def extent_bound(self, k_dim: int, body: isl.AstNode, extent: Expr) -> int | None:
+        """A constant bound on the trip count of the loop over time dim `k_dim` whose body
+        is `body` and whose emitted extent is `extent`, or None. The statements' images
+        (the union of their ranges) bound the values with work in them; isl's loop may run
+        over more — a value whose statements are all switched off by a guard inside it (a
+        modulo test after a fuse): the largest value of `extent` itself over the values of
+        the loops around it counts too (a guarded unroll covers [init, init + bound))."""
         img = None
         for ts in self.users(body):
             if ts.stmt.name not in self.images:
@@ -231,7 +236,26 @@ class _Translator:
             img = r if img is None else img.union(r)
         if img is None:
             return None
-        return extent_bound(dim_range(img, k_dim))
+        bound = extent_bound(dim_range(img, k_dim))
+        text = affine_str(extent)
+        if bound is None or text is None:
+            return None
+        outer = img.project_out(isl.dim_type.set, k_dim, img.dim(isl.dim_type.set) - k_dim)
+        names = []
+        for j in range(k_dim):
+            v = self.env.get(f"t{j}")
+            names.append(v.name if v is not None else f"__t{j}")
+            outer = outer.set_dim_name(isl.dim_type.set, j, names[-1])
+        params = [outer.get_dim_name(isl.dim_type.param, j)
+                  for j in range(outer.dim(isl.dim_type.param))]
+        used = free_vars(extent) - set(names) - set(params)
+        if used:            # a variable isl does not know here (a Let): no constant bound
+            return None
+        pa = isl.PwAff(f"[{', '.join(params)}] -> {{ [{', '.join(names)}] -> [({text})] }}")
+        widest = pa.intersect_domain(outer).max_val()
+        if not widest.is_int():
+            return None
+        return max(bound, widest.to_python())
 
     def first_user(self, node: isl.AstNode) -> TimedStatement | None:
         found: list[TimedStatement] = []
@@ -318,7 +342,7 @@ class _Translator:
                 init, extent = simplify(init), simplify(extent)
                 if step == 1:
                     bound = None if isinstance(extent, Const) else \
-                        self.extent_bound(k_dim, n.for_get_body())
+                        self.extent_bound(k_dim, n.for_get_body(), extent)
                     return _loop(v, init, extent, body, info, bound)
                 # a strided loop (isl found that only every step-th value has points): count
                 # its iterations with k and let v = init + step * k

@@ -115,3 +115,31 @@ def test_a_compute_at_buffer_is_allocated_once_per_iteration_of_its_loop(paralle
     c = np.zeros((64, 64), "f4")
     f(a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_a_loop_whose_first_values_have_no_work_keeps_its_whole_extent():
+    """A blur whose producer is tiled, unrolled and placed inside a fused consumer loop:
+    isl's loop over the producer's column tiles starts at a value whose statements a
+    modulo guard switches off, so the values with work (one) are fewer than the loop's
+    (two). The loop's bound was the former; the code generator's guarded unroll of the
+    register-sized buffer then ran only the first value, and by[0, 32] came out wrong (a
+    sampled auto-scheduler candidate, hypothesis seed 76100). The bound now covers the
+    loop's own extent too."""
+    h, w = 2, 33
+    X = tl.placeholder((h + 2, w + 2), "float32", name="X")
+    bx = tl.compute((h + 2, w), lambda i, j: X[i, j] + X[i, j + 1] + X[i, j + 2], name="bx")
+    by = tl.compute((h, w), lambda i, j: bx[i, j] + bx[i + 1, j] + bx[i + 2, j], name="by")
+    s = tl.create_schedule(by)
+    s[by].split("j", factor=16)
+    s[by].fuse("i", "j.outer")
+    s[bx].split("j", factor=32)
+    s[bx].split("j.inner", factor=16)
+    s[bx].split("i", factor=4)
+    s[bx].reorder("i.outer", "j.outer", "i.inner", "j.inner.outer", "j.inner.inner")
+    s[bx].compute_at(s[by], "i.j.outer.fused")
+    f = tl.build(s, [X, by])
+    x = np.random.default_rng(0).standard_normal((h + 2, w + 2)).astype("float32")
+    got = np.zeros((h, w), "float32")
+    f(x, got)
+    t = x[:, :-2] + x[:, 1:-1] + x[:, 2:]
+    np.testing.assert_allclose(got, t[:-2] + t[1:-1] + t[2:], rtol=1e-5, atol=1e-5)
