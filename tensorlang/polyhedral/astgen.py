@@ -252,7 +252,9 @@ class _Translator:
         if used:            # a variable isl does not know here (a Let): no constant bound
             return None
         pa = isl.PwAff(f"[{', '.join(params)}] -> {{ [{', '.join(names)}] -> [({text})] }}")
-        widest = pa.intersect_domain(outer).max_val()
+        # the maximum over the range of the map: isl_pw_aff_max_val refused some of these
+        # pieces ("expecting integer affine expression": a 2 x 7 tile of a fused loop)
+        widest = isl.Map.from_pw_aff(pa.intersect_domain(outer)).range().dim_max_val(0)
         if not widest.is_int():
             return None
         return max(bound, widest.to_python())

@@ -184,10 +184,14 @@ def sample(outputs, target, rng: random.Random) -> Schedule:
         wide = len(spatial) >= 2 and (_extent(spatial[-1]) or 0) >= lanes and \
             _reads_along(st, spatial[-1].var.name)
         along = red and _reads_along(st, red[-1].var.name)
+        chan = _channel_axis(s, st, lanes) if red and len(spatial) >= 2 else None
         if st.op.is_recurrence and len(spatial) >= 2 and rng.random() < 0.4:
             _wavefront(st, rng)
-        elif red and wide and rng.random() < 0.75:
-            _register_tile(s, st, tgt, lanes, rng)
+        elif red and (wide or chan) and rng.random() < 0.75:
+            if chan is not None and rng.random() < _channel_odds(st, lanes, wide):
+                _channel_tile(s, st, tgt, lanes, rng, *chan)
+            else:
+                _register_tile(s, st, tgt, lanes, rng)
         elif red and (along and rng.random() < (0.3 if _minmax(st) else 0.8) or
                       rng.random() < 0.3):
             # (a max or min along memory is vectorised by LLVM itself, with several
@@ -274,8 +278,18 @@ def _reduction_loops(st) -> list[bool]:
 def _parallel_outer(st, rng: random.Random) -> None:
     """The outermost loops fused and parallel; a loop that carries a dependence is refused
     (isl's witness) and the next one is tried."""
-    loops = [lp.name for lp in st.state.loops]
+    from ..polyhedral.transform import loop_extent_bound
+
     red = _reduction_loops(st)
+    # a leading loop of one iteration (a batch of 1) is fused into the next: parallel, it
+    # would run everything on one core (a conv's padded input, `parallel("a")`: serial)
+    while len(st.state.loops) >= 2 and not any(red[:2]) and \
+            loop_extent_bound(st.state, 0) == 1 and \
+            all(lp.kind is LoopKind.SERIAL for lp in st.state.loops[:2]):
+        if _try(st, "fuse", st.state.loops[0].name, st.state.loops[1].name) is None:
+            break
+        red = _reduction_loops(st)
+    loops = [lp.name for lp in st.state.loops]
     if len(loops) >= 2 and rng.random() < 0.5 and not any(red[:2]) and \
             all(lp.kind is LoopKind.SERIAL for lp in st.state.loops[:2]):
         f = _try(st, "fuse", loops[0], loops[1])
@@ -430,6 +444,103 @@ def _register_tile(s: Schedule, st, tgt, lanes: int, rng: random.Random) -> None
     _parallel_outer(cs, rng)
 
 
+def _channel_axis(s: Schedule, st, lanes: int):
+    """(axis, input, dimension) for a channel-blocked register tile of a reduction: a
+    spatial axis other than the last, at least a vector long, that indexes an input
+    directly (a convolution's output channel `o` in its weights `W[o, c, p, q]`) in a
+    read that does not move with the last axis (so one vector of that input serves every
+    column of the tile); None when there is none."""
+    from ..ir.expr import Load, Var
+    from ..ir.visit import walk
+
+    axes = [a.var.name for a in st.op.axis]
+    if len(axes) < 2:
+        return None
+    for ax in st.op.axis[:-1]:
+        if (_extent(ax) or 0) < lanes:
+            continue
+        for e in walk(st.op.body):
+            if not (isinstance(e, Load) and any(e.buffer is p for p in s.placeholders)):
+                continue
+            used = {x.name for i in e.indices for x in walk(i) if isinstance(x, Var)}
+            if axes[-1] in used:
+                continue
+            for d, i in enumerate(e.indices[:-1]):
+                if isinstance(i, Var) and i.name == ax.var.name:
+                    return ax.var.name, e.buffer, d
+    return None
+
+
+def _channel_odds(st, lanes: int, wide: bool) -> float:
+    """How often a reduction with a channel axis gets the channel-blocked tile rather than
+    rows of vectors along its last axis: mostly when that axis is narrower than a vector
+    or read through a window (`j + rq`: a convolution, whose output columns are a poor
+    vector axis: 28 = 16 + 12 lanes, 7 = a part of one); rarely otherwise (a matmul,
+    whose rows of B are the natural vectors)."""
+    from ..ir.expr import Load, Var
+    from ..ir.visit import walk
+
+    if not wide:
+        return 1.0
+    j = st.op.axis[-1].var.name
+    red = {a.var.name for a in st.op.reduce_axis}
+    for e in walk(st.op.body):
+        if isinstance(e, Load) and e.indices:
+            used = {x.name for x in walk(e.indices[-1]) if isinstance(x, Var)}
+            if j in used and used & red:
+                return 0.6
+    return 0.15
+
+
+def _channel_tile(s: Schedule, st, tgt, lanes: int, rng: random.Random,
+                  v: str, src, dim: int) -> None:
+    """A channel-blocked register tile (TVM's conv2d_NCHWc schedule on the declared
+    program): `src` packed along `dim` in vectors of the axis `v`, the result computed in
+    a local tile laid out with `v` last (`reorder_storage`), whose rn columns of the last
+    axis are unrolled, each a vector of `v` accumulating over the reduction — every step
+    one vector load of `src` and a broadcast per column. The tile is written out a vector
+    of `v` at a time."""
+    out = st.op.output
+    axes = [a.var.name for a in st.op.axis]
+    j = axes[-1]
+    nj = _extent(st.op.axis[-1]) or 1
+    regs = tgt.vector_registers
+    # columns: mostly a divisor of the width up to half the registers (a partial tile, or
+    # more columns, spill: the executor's `conv_columns`), sometimes any count that fits
+    fits = [r for r in range(4, regs // 2 + 1) if nj % r == 0]
+    rn = rng.choice(fits if fits and rng.random() < 0.7 else
+                    [r for r in (4, 6, 7, 8, 12, 14, 16, 24, 28) if r + 2 <= regs and r <= nj]
+                    or [max(1, min(nj, regs - 2))])
+    packed = _try(s, "pack", src, dim, lanes, [st])
+    if packed is not None:
+        _try(s[packed], "vectorize", "ax_i")
+    local = _try(s, "cache_write", out, "local")
+    if local is None:
+        _tile_vector(s, st, lanes, rng)
+        return
+    local = _try(s[local], "reorder_storage", *[x for x in axes if x != v], v) or local
+    cs = s[out]
+    if _try(cs, "tile", v, j, lanes, rn) is None:
+        _parallel_outer(cs, rng)
+        return
+    k = axes.index(v)
+    pre, mid = axes[:k], [x for x in axes[k + 1:-1]]
+    _try(cs, "reorder", *pre, f"{v}.outer", *mid, f"{j}.outer", f"{j}.inner", f"{v}.inner")
+    _try(cs, "vectorize", f"{v}.inner")
+    lt = s[local]
+    if _try(lt, "compute_at", cs, f"{j}.outer") is not None:
+        red = [a.var.name for a in lt.op.reduce_axis]
+        _try(lt, "reorder", *[x for x in axes if x not in (v, j)], *red, j, v)
+        _try(lt, "unroll", j)
+        _try(lt, "vectorize", v)
+    outer = [*pre, f"{v}.outer", *mid]
+    if len(outer) >= 2 and rng.random() < 0.7:
+        f = _try(cs, "fuse", *outer)
+        if f is not None and _try(cs, "parallel", f) is not None:
+            return
+    _parallel_outer(cs, rng)
+
+
 # ----------------------------------------------------------------------------- the model
 def predict(s: Schedule, target) -> float:
     """Seconds the schedule should take on `target`: the analytic model of cost.py
@@ -566,7 +677,7 @@ def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=Non
         if text not in seen:
             seen[text] = Candidate(list(again.trace), predict(again, tgt), schedule=again)
             seeded.append(seen[text])
-    sample_budget = budget_s * (0.4 if measure_on_host else 1.0)
+    sample_budget = budget_s * (0.4 if measure_on_host else 0.7)
     tries = 0
     while len(seen) < SAMPLES and time.perf_counter() - t0 < sample_budget and \
             tries < 4 * SAMPLES:
@@ -579,7 +690,9 @@ def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=Non
             seen[text] = Candidate(list(s.trace), predict(s, tgt), schedule=s)
             debug_print(1, f"auto_schedule: candidate {len(seen)} predicted "
                            f"{seen[text].predicted * 1e3:.3f} ms")
-    cands = sorted(seen.values(), key=lambda c: c.predicted)
+    _refine(seen, outs, tgt, rng, t0 + budget_s * (0.55 if measure_on_host else 1.0))
+    cands = sorted((c for c in seen.values() if c.schedule is not None),
+                   key=lambda c: c.predicted)
     result.candidates = cands
     if measure_on_host:
         todo = [seen[""]] + seeded + [c for c in cands if c.trace and
@@ -647,7 +760,37 @@ def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=Non
     return s
 
 
-FACTORS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+def _refine(seen: dict, outs, tgt, rng: random.Random, until: float, pool: int = 4) -> None:
+    """A local search on the model alone, before anything is measured: mutants of the
+    best predicted candidates (one tile factor moved) are predicted, and one predicted
+    faster joins the pool that is mutated next. Sampling finds the sketches; this finds
+    their sizes (a conv's 14-column tile, which the model ranks first, came up in few of
+    30 samples)."""
+    best = sorted((c for c in seen.values() if c.schedule is not None and c.trace),
+                  key=lambda c: c.predicted)[:pool]
+    while best and time.perf_counter() < until:
+        child = _mutate(rng.choice(best).trace, rng)
+        if child is None:
+            return
+        text = "\n".join(str(t) for t in child)
+        if text in seen:
+            continue
+        try:
+            cs = replay_trace(outs, child)
+        except (ScheduleError, TensorlangError):
+            cs = None
+        if cs is None or not _lowers(cs):
+            seen[text] = Candidate(child, float("inf"))
+            continue
+        c = seen[text] = Candidate(child, predict(cs, tgt), schedule=cs)
+        debug_print(1, f"auto_schedule: refined candidate predicted {c.predicted * 1e3:.3f} ms")
+        if c.predicted < best[-1].predicted:
+            best = sorted(best + [c], key=lambda x: x.predicted)[:pool]
+
+
+# split and tile factors a mutation moves between: powers of two and their multiples of 3,
+# and the divisors of common image widths (7, 14, 28, 56: a conv's column tile)
+FACTORS = (1, 2, 3, 4, 6, 7, 8, 12, 14, 16, 24, 28, 32, 48, 56, 64, 96, 128)
 
 
 def _mutate(trace: list[TraceEntry], rng: random.Random) -> list[TraceEntry] | None:

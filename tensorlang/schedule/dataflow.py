@@ -7,6 +7,8 @@ loop primitives. The `Schedule` methods of the same names call these functions.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..errors import ScheduleError
 from ..ir.dtype import bool_, int32
 from ..ir.expr import Const, Load, ReduceVar, Var
@@ -293,3 +295,65 @@ def rfactor(sch: Schedule, tensor, axis) -> Tensor:
     sch._edit(Call("rfactor", (sch._ref(t), name)), edit)
     return rf.output
 
+
+
+def reorder_storage(sch: Schedule, st: Stage, axes) -> Tensor:
+    """Store stage `st`'s tensor with its dimensions in the order of `axes` (its spatial
+    axes, outermost first; Halide's `reorder_storage`): the tensor becomes a new one of the
+    permuted shape, and every stage that reads it reads the permuted indices. The stage's
+    loops keep their order. Only an intermediate stage's layout is the schedule's to
+    choose (an input or an output is laid out by the caller), and only before its other
+    primitives, as cache_write. Returns the new tensor."""
+    from ..ir.visit import map_expr
+    from ..polyhedral.model import identity_state
+    from ..polyhedral.transform import reorder_dims
+    from .program import program_params
+
+    t = st.op.output
+    if st.inlined:
+        raise ScheduleError(f"reorder_storage: stage {st.id} was inlined; it has no storage")
+    if any(t is o for o in sch.outputs):
+        raise ScheduleError(f"reorder_storage: {st.id} is an output of the schedule; its "
+                            "layout is the caller's (reorder the storage of a cache_write "
+                            "stage instead)")
+    if st.op.is_recurrence:
+        raise ScheduleError(f"reorder_storage: {st.id} is a recurrence, which reads its own "
+                            "output; its layout is fixed")
+    if st.state.trace or st.state.attach is not None:
+        raise ScheduleError(f"reorder_storage: stage {st.id} already has primitives "
+                            f"({', '.join(st.state.trace)}); apply reorder_storage first")
+    spatial = [a.name for a in st.op.axis]
+    names = []
+    for k, a in enumerate(axes):
+        nm = a.name if isinstance(a, IterVar) else a
+        if not isinstance(nm, str) or nm not in spatial:
+            raise ScheduleError(f"reorder_storage: argument {k} must be a spatial axis of "
+                                f"stage {st.id} (one of {spatial}), got {a!r}")
+        names.append(nm)
+    if sorted(names) != sorted(spatial):
+        raise ScheduleError(f"reorder_storage: give each spatial axis of stage {st.id} once "
+                            f"({spatial}), got {names}")
+    perm = [spatial.index(nm) for nm in names]
+    old = st.op
+    op = ComputeOp(old.name, tuple(old.axis[p] for p in perm), old.body, t.dtype)
+    readers = [r for r in sch.stages if r is not st and
+               any(isinstance(e, Load) and e.buffer is t for e in walk(r.op.body))]
+
+    def fn(e):
+        if isinstance(e, Load) and e.buffer is t:
+            return Load(op.output, tuple(e.indices[p] for p in perm))
+        return None
+
+    def edit():
+        loops = [lp.name for lp in st.state.loops]
+        st.op = op
+        sch._by_op.pop(id(t.op), None)
+        sch._by_op[id(op)] = st
+        params = ", ".join(program_params(sch)[0])
+        st.state = replace(reorder_dims(identity_state(st.id, op, params), loops),
+                           scope=st.cache_scope, trace=())
+        for r in readers:
+            r.op = r.op.with_body(map_expr(r.op.body, fn))
+
+    sch._edit(Call("reorder_storage", tuple(names)), edit, st.id)
+    return op.output

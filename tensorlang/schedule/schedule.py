@@ -407,6 +407,18 @@ class Stage:
 
         sch._edit(Call("compute_inline"), edit, self.id)
 
+    def reorder_storage(self, *axes) -> Tensor:
+        """Lay this stage's tensor out with its dimensions in the order of `axes` (all its
+        spatial axes, outermost first), as Halide's `reorder_storage`: a register tile
+        whose vectors run along a dimension that is not last (a convolution's output
+        channels) makes that dimension last. Its loops keep their order; its readers read
+        the permuted indices. Returns the new tensor (see dataflow.reorder_storage)."""
+        from .dataflow import reorder_storage
+
+        if len(axes) == 1 and isinstance(axes[0], (list, tuple)):
+            axes = tuple(axes[0])
+        return reorder_storage(self.schedule, self, axes)
+
 
 @dataclass(frozen=True)
 class Call:

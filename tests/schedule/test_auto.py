@@ -79,7 +79,27 @@ def grid(m, n):
     return [X], U, ref
 
 
-PROGRAMS = {"matmul": (matmul, 3), "blur": (blur, 2), "row_sum": (row_sum, 2),
+def conv(c, w):
+    """A direct 3x3 convolution (NCHW, OIHW) with a padded input stage: the
+    channel-blocked sketch (weights packed by output channels, a tile laid out channels
+    last) when c fills a vector."""
+    X = tl.placeholder((1, c, w, w), "float32", name="X")
+    W = tl.placeholder((c, c, 3, 3), "float32", name="W")
+    xp = tl.compute((1, c, w + 2, w + 2), lambda b, ch, y, x: tl.if_then_else(
+        tl.all(y >= 1, y <= w, x >= 1, x <= w), X[b, ch, y - 1, x - 1], 0.0), name="xpad")
+    rc, rp, rq = (tl.reduce_axis((0, n), name=nm) for n, nm in ((c, "rc"), (3, "rp"),
+                                                                 (3, "rq")))
+    Y = tl.compute((1, c, w, w), lambda b, o, i, j: tl.sum(
+        xp[b, rc, i + rp, j + rq] * W[o, rc, rp, rq], axis=[rc, rp, rq]), name="Y")
+
+    def ref(x, wt):
+        win = np.lib.stride_tricks.sliding_window_view(
+            np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3), axis=(2, 3))
+        return np.einsum("ncijpq,ocpq->noij", win, wt)
+    return [X, W], Y, ref
+
+
+PROGRAMS = {"matmul": (matmul, 3), "conv": (conv, 2), "blur": (blur, 2), "row_sum": (row_sum, 2),
             "col_sum": (col_sum, 2), "transpose": (transpose, 2), "prefix": (prefix, 2),
             "grid": (grid, 2)}
 
@@ -302,3 +322,100 @@ def test_producers_are_never_placed_inside_their_readers_reduction():
             assert not red & set(st_.state.attach[1].split(".")), s.trace_text()
             placed += 1
     assert placed >= 3                      # producers were placed, at spatial loops
+
+
+@pytest.mark.parametrize("c,w", [(16, 7), (20, 30), (32, 14)])
+def test_a_convolution_gets_channel_blocked_tiles_that_match_numpy(c, w):
+    """The channel-blocked sketch on the declared direct convolution: the weights packed
+    by output channels, the tile laid out channels last (`reorder_storage`), a vector of
+    output channels per column. It is sampled, it is correct when the channels do not fill
+    whole vectors (20), and its weights are read with vector loads, not gathers."""
+    ins, out, ref = conv(c, w)
+    rng = random.Random(0)
+    for _ in range(40):
+        s = auto.sample([out], "llvm", rng)
+        if "reorder_storage" in s.trace_text() and auto._lowers(s):
+            break
+    else:
+        pytest.fail("no channel-blocked candidate in 40 samples")
+    text = s.trace_text()
+    lanes = tl.Target.parse("llvm").vector_lanes("float32")
+    assert f's.pack("W", 0, {lanes}' in text and '"o")' in text, text
+    _check(s, ins, out, ref, np.random.default_rng(c))
+    if c % lanes == 0:
+        # the tile reads W_packed with vector loads: without the packing's own vector loop
+        # (a vector of output channels is a column of W, a gather) nothing gathers
+        plain = auto.replay_trace([out], [t for t in s.trace if t.stage != "W_packed"])
+        assert "masked.gather" not in tl.build(plain, [*ins, out]).get_source("ll")
+
+
+def test_a_parallel_loop_is_never_a_batch_of_one():
+    """A leading loop of one iteration (the batch of a conv's padded input) is fused into
+    the next before a loop is made parallel: `parallel("a")` ran the copy on one core."""
+    from tensorlang.ir.stmt import LoopKind
+    from tensorlang.polyhedral.transform import loop_extent_bound
+
+    ins, out, ref = conv(16, 12)
+    rng = random.Random(5)
+    parallel = 0
+    for _ in range(12):
+        s = auto.sample([out], "llvm", rng)
+        for st_ in s.stages:
+            for d, lp in enumerate(st_.state.loops):
+                if lp.kind is LoopKind.PARALLEL:
+                    parallel += 1
+                    assert loop_extent_bound(st_.state, d) > 1, s.trace_text()
+    assert parallel >= 12
+
+
+def test_the_model_refines_sampled_tile_sizes():
+    """`_refine` mutates the best predicted candidates on the model alone: what it adds
+    is legal, predicted, and the best prediction never gets worse."""
+    ins, out, ref = conv(16, 28)
+    tgt = auto._target("llvm")
+    rng = random.Random(3)
+    seen = {}
+    while len(seen) < 6:
+        s = auto.sample([out], tgt, rng)
+        if auto._lowers(s):
+            seen[s.trace_text()] = auto.Candidate(list(s.trace), auto.predict(s, tgt),
+                                                  schedule=s)
+    before = min(c.predicted for c in seen.values())
+    n = len(seen)
+    import time
+    auto._refine(seen, [out], tgt, rng, time.perf_counter() + 8)
+    added = [c for c in list(seen.values())[n:] if c.schedule is not None]
+    assert added
+    assert min(c.predicted for c in seen.values()) <= before
+    _check(added[-1].schedule, ins, out, ref, np.random.default_rng(0))
+
+
+def test_a_placed_producer_inside_a_channel_tile_lowers():
+    """A padded input placed in a 4-column channel tile, its own loop split 64 then 14:
+    isl's `pw_aff_max_val` refused the extent of one of its loops ("expecting integer
+    affine expression", an isl.Error out of tl.lower) when the code generator bounded it
+    (astgen `extent_bound`: now the maximum over the range of the map)."""
+    ins, out, ref = conv(16, 28)
+    s = tl.create_schedule(out)
+    exec("""
+s.pack("W", 0, 16, ["Y"])
+s.cache_write("Y", "local")
+s["Y_local"].reorder_storage("b", "i", "j", "o")
+s["Y"].tile("o", "j", 16, 4)
+s["Y"].reorder("b", "o.outer", "i", "j.outer", "j.inner", "o.inner")
+s["Y"].vectorize("o.inner")
+s["Y_local"].compute_at("Y", "j.outer")
+s["Y_local"].reorder("b", "i", "rc", "rp", "rq", "j", "o")
+s["Y_local"].unroll("j")
+s["Y_local"].vectorize("o")
+s["Y"].fuse("b", "o.outer", "i")
+s["Y"].parallel("b.o.outer.fused.i.fused")
+s["xpad"].split("x", factor=64)
+s["xpad"].split("x.inner", factor=14)
+s["xpad"].vectorize("x.inner.inner")
+s["xpad"].unroll("x.inner.outer")
+s["xpad"].fuse("b", "ch")
+s["xpad"].parallel("b.ch.fused")
+s["xpad"].compute_at("Y_local", "i")
+""", {"s": s})
+    _check(s, ins, out, ref, np.random.default_rng(1))

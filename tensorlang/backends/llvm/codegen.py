@@ -17,10 +17,10 @@ from ...errors import TensorlangError
 from ...ir.dtype import DType
 from ...ir.expr import (
     EQ, GE, GT, LE, LT, NE, Add, And, Call, Cast, CmpOp, Const, Div, Expr, FloorDiv, FloorMod,
-    IndexCheck, Load, Max, Min, Mul, Not, Or, Select, Sub, Var,
+    IndexCheck, Load, Max, Min, Mul, Not, Or, Select, Sub, Var, binary,
 )
 from ...ir.stmt import Allocate, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store
-from ...ir.visit import walk
+from ...ir.visit import free_vars, map_stmt, substitute, walk
 from .half import f16_to_f32, f32_to_f16, f64_to_f16, native_conversions
 from ...ir.unswitch import hoist_tile_guards
 from .registers import (
@@ -560,10 +560,19 @@ class FunctionCodegen:
                     self.stmt(s.body)
             return
         if isinstance(s.extent, Const) and s.kind is LoopKind.VECTORIZED and s.extent.value > 1:
-            self.vec = VectorContext(s.var.name, int(s.extent.value), lo, starts_at_zero=(
-                isinstance(s.min, Const) and int(s.min.value) == 0))
+            body = s.body
+            if not (isinstance(s.min, Const) and int(s.min.value) == 0) and \
+                    s.var.name not in free_vars(s.min):
+                # counted from zero (v -> v + min): an index `(v + 16*q) // 16` into a
+                # packed buffer is then seen as uniform and `(v + 16*q) % 16` as the lanes
+                # (`lane_divmod`), one vector load instead of a gather (a register tile
+                # placed in a channel-tile loop: the conv's packed weights)
+                shifted = binary(Add, s.var, s.min)
+                body = map_stmt(body, lambda e: substitute(e, {s.var.name: shifted}))
+                lo = ir.Constant(I64, 0)
+            self.vec = VectorContext(s.var.name, int(s.extent.value), lo, starts_at_zero=True)
             try:
-                self.stmt(s.body)
+                self.stmt(body)
             finally:
                 self.vec = None
             return
