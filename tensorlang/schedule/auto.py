@@ -55,6 +55,7 @@ class Candidate:
     measured: float | None = None        # seconds, on the host
     # the trace replayed, kept during the search so that it is replayed (isl-checked) once
     schedule: Schedule | None = field(default=None, compare=False, repr=False)
+    refined: bool = False                # made by `_refine` (the model's own local search)
 
     @property
     def text(self) -> str:
@@ -449,13 +450,18 @@ def _channel_axis(s: Schedule, st, lanes: int):
     spatial axis other than the last, at least a vector long, that indexes an input
     directly (a convolution's output channel `o` in its weights `W[o, c, p, q]`) in a
     read that does not move with the last axis (so one vector of that input serves every
-    column of the tile); None when there is none."""
+    column of the tile), where the last axis has columns (at least 4) that some read
+    moves with; None when there is none (a row sum kept as [n, 1]: transposing its input
+    to vectorise along the rows cost 4x)."""
     from ..ir.expr import Load, Var
     from ..ir.visit import walk
 
     axes = [a.var.name for a in st.op.axis]
-    if len(axes) < 2:
-        return None
+    if len(axes) < 2 or (_extent(st.op.axis[-1]) or 0) < 4 or not any(
+            isinstance(e, Load) and any(isinstance(x, Var) and x.name == axes[-1]
+                                        for i in e.indices for x in walk(i))
+            for e in walk(st.op.body)):
+        return None           # no columns whose reads a vector of the channel axis shares
     for ax in st.op.axis[:-1]:
         if (_extent(ax) or 0) < lanes:
             continue
@@ -695,9 +701,13 @@ def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=Non
                    key=lambda c: c.predicted)
     result.candidates = cands
     if measure_on_host:
-        todo = [seen[""]] + seeded + [c for c in cands if c.trace and
-                                      all(c is not x for x in seeded)][:max(MEASURE_TOP,
-                                                                            len(cands))]
+        # sampled and refined candidates in turn, best predicted first: the refinement
+        # follows the model where it errs too (a matmul tile of 7 rows and 32-lane
+        # vectors, predicted best, measured 2x slower), so it never takes every slot
+        rest = [c for c in cands if c.trace and all(c is not x for x in seeded)]
+        pools = [[c for c in rest if not c.refined], [c for c in rest if c.refined]]
+        todo = [seen[""]] + seeded + [c for pair in zip(*pools) for c in pair] + \
+            pools[0][len(pools[1]):] + pools[1][len(pools[0]):]
         bar = _progress(todo, progress)
         best = None
         for k, c in enumerate(bar):
@@ -782,7 +792,7 @@ def _refine(seen: dict, outs, tgt, rng: random.Random, until: float, pool: int =
         if cs is None or not _lowers(cs):
             seen[text] = Candidate(child, float("inf"))
             continue
-        c = seen[text] = Candidate(child, predict(cs, tgt), schedule=cs)
+        c = seen[text] = Candidate(child, predict(cs, tgt), schedule=cs, refined=True)
         debug_print(1, f"auto_schedule: refined candidate predicted {c.predicted * 1e3:.3f} ms")
         if c.predicted < best[-1].predicted:
             best = sorted(best + [c], key=lambda x: x.predicted)[:pool]
@@ -798,10 +808,14 @@ def _mutate(trace: list[TraceEntry], rng: random.Random) -> list[TraceEntry] | N
     has none); the caller replays it, and drops it when a primitive refuses."""
     from .schedule import Call
 
+    # a split whose inner loop is vectorised has the target's vector width: not a tile
+    # size to move (32 lanes on a 16-lane machine is two registers per "vector")
+    vector = {(t.stage, t.call.args[0]) for t in trace if t.call.prim == "vectorize"}
     spots = [(k, a) for k, t in enumerate(trace)
              for a, v in enumerate(list(t.call.args) + [v for _, v in t.call.kwargs])
              if t.call.prim in ("split", "tile", "pack") and isinstance(v, int) and v > 1 and
-             not (t.call.prim == "pack" and a == 1)]
+             not (t.call.prim == "pack" and a == 1) and
+             not (t.call.prim == "split" and (t.stage, f"{t.call.args[0]}.inner") in vector)]
     if not spots:
         return None
     k, a = rng.choice(spots)
