@@ -371,11 +371,11 @@ def test_a_parallel_loop_is_never_a_batch_of_one():
 def test_the_model_refines_sampled_tile_sizes():
     """`_refine` mutates the best predicted candidates on the model alone: what it adds
     is legal, predicted, and the best prediction never gets worse."""
-    ins, out, ref = conv(16, 28)
+    ins, out, ref = conv(16, 14)
     tgt = auto._target("llvm")
     rng = random.Random(3)
     seen = {}
-    while len(seen) < 6:
+    while len(seen) < 4:
         s = auto.sample([out], tgt, rng)
         if auto._lowers(s):
             seen[s.trace_text()] = auto.Candidate(list(s.trace), auto.predict(s, tgt),
@@ -383,8 +383,11 @@ def test_the_model_refines_sampled_tile_sizes():
     before = min(c.predicted for c in seen.values())
     n = len(seen)
     import time
-    auto._refine(seen, [out], tgt, rng, time.perf_counter() + 8)
-    added = [c for c in list(seen.values())[n:] if c.schedule is not None]
+    for _ in range(6):                      # (a slow machine replays fewer mutants)
+        auto._refine(seen, [out], tgt, rng, time.perf_counter() + 3)
+        added = [c for c in list(seen.values())[n:] if c.schedule is not None]
+        if added:
+            break
     assert added
     assert min(c.predicted for c in seen.values()) <= before
     _check(added[-1].schedule, ins, out, ref, np.random.default_rng(0))
