@@ -29,20 +29,25 @@ MAX_TILE_ROWS = 8
 
 def register_tile(m: int, n: int, dtype: str, target: tl.Target | None = None):
     """(rows, vectors per row) of a register-blocked tile of an m x n output, from the
-    target's vector width and register count: the most accumulators such that they, one
-    vector of B per column and a broadcast of A fit in the registers (nothing spills), at
-    most 4 vectors per row (fewer when n is narrow), and on a tie the most rows — each k
-    step then loads fewer bytes of B (from L2 once B outgrows L1) per multiply-add.
-    AVX-512 (32 registers, 16 floats): 8 x 3 vectors (against 4 x 4, 1024^3 304 against
-    201 GFLOPS, 2048^3 302 against 215; 6 x 4 282 and 286; 2-core Xeon with two 512-bit
-    FMA pipes, one process); AVX2 (16 registers, 8 floats): 6 x 2 vectors (BLIS's Haswell
-    tile); NEON (32 of 4 floats): 8 x 3."""
+    target's vector width and register count: the accumulators, one vector of B per column
+    and a broadcast of A fit in the registers (nothing spills), at most 4 vectors per row
+    (fewer when n is narrow). Of those, the most accumulators that do useful work — a tile
+    that overhangs m or n computes lanes and rows that are thrown away — and on a tie the
+    most rows (each k step then loads fewer bytes of B per multiply-add).
+    AVX-512 (32 registers, 16 floats): 6 x 4 vectors where n is a multiple of 64 (the
+    whole tile works; 8 x 3 overhangs 512 by 16 columns: 2-core Zen 4, one process, in
+    turn, 512^3 216 against 203 GFLOPS, 1024^3 219 against 192-213, 2048^3 218-220 against
+    209-214), else 8 x 3 where its 48 columns fit n better (1000^3: 196-202 against
+    177-187); AVX2 (16 registers, 8 floats): 6 x 2 vectors (BLIS's Haswell tile); NEON (32
+    of 4 floats): 8 x 3 or 6 x 4 likewise."""
     t = target or _host()
     lanes = t.vector_lanes(dtype)
     regs = t.vector_registers
     tiles = [(max(1, min(m, MAX_TILE_ROWS, (regs - nv - 1) // nv)), nv)
              for nv in range(1, min(4, -(-n // lanes)) + 1)]
-    return max(tiles, key=lambda t: (t[0] * t[1], t[0]))
+    useful = {t: round(t[0] * t[1] * _fill(n, t[1] * lanes) * _fill(m, t[0]), 9)
+              for t in tiles}
+    return max(tiles, key=lambda t: (useful[t], t[0]))
 
 
 LATENCY_ACCUMULATORS = 8   # independent FMA chains that hide the FMA latency (4 cycles x 2)
