@@ -326,3 +326,20 @@ def test_data_that_fits_the_l2_stays_there_between_calls(monkeypatch):
         return c.traffic[1]
     assert l2_traffic(4096) == 0
     assert l2_traffic(16384) > 4 * 16384 * 64
+
+
+def test_a_vector_load_off_a_line_boundary_counts_as_two():
+    """A line-wide vector load that starts mid-line (a stencil's X[i, j + 1], or any row of
+    a tensor whose rows are not a whole number of lines apart) reads two lines: the block
+    counts two loads for it. Aligned reads of a tensor with 64-byte rows count one."""
+    def block_loads(width, shift):
+        X = tl.placeholder((8, width), "float32", name="X")
+        Y = tl.compute((8, 1024), lambda i, j: X[i, j + shift] * 2.0, name="Y")
+        s = tl.create_schedule(Y)
+        s[Y].vectorize(s[Y].split(Y.op.axis[1], factor=16)[1])
+        (c,) = cost.estimate(s, "llvm -mcpu=znver4").statements
+        return float(c.block.split("loads ")[1].split(",")[0])
+    assert block_loads(1024, 0) == 1
+    assert block_loads(1040, 1) == 2          # shifted by one element
+    assert block_loads(1040, 16) == 1         # shifted by a whole line
+    assert block_loads(1026, 0) == 2          # rows 4104 bytes apart: most start mid-line
