@@ -84,7 +84,8 @@ class Target:
         if "mattr" in opts:
             features = opts["mattr"]
         else:
-            features = host.features if same_arch and cpu == host.cpu else ""
+            features = host.features if same_arch and cpu == host.cpu else \
+                _implied_x86(triple, cpu)
         name = "host" if (triple, cpu, features) == (host.triple, host.cpu, host.features) \
             else "custom"
         t = Target(triple, cpu, features, name)
@@ -252,6 +253,36 @@ def _arch(triple: str) -> str:
 
 
 _RV = "+m,+a,+f,+d,+c"
+# x86 CPUs by the vector instructions their name implies (LLVM's -mcpu names). A target
+# named by its CPU alone ("llvm -mcpu=skylake-avx512") gets these features spelled out, as
+# the host's are, so its vector width, registers and register tiles are the CPU's: without
+# them it was described as SSE (4 lanes, 16 registers) and scheduled for that.
+_X86_AVX512 = frozenset((
+    "knl", "knm", "skylake-avx512", "skx", "cascadelake", "cooperlake", "cannonlake",
+    "icelake-client", "icelake-server", "rocketlake", "tigerlake", "sapphirerapids",
+    "emeraldrapids", "graniterapids", "graniterapids-d", "diamondrapids", "znver4",
+    "znver5"))
+_X86_AVX2 = frozenset((
+    "haswell", "broadwell", "skylake", "alderlake", "raptorlake", "meteorlake", "arrowlake",
+    "arrowlake-s", "lunarlake", "pantherlake", "gracemont", "sierraforest", "grandridge",
+    "clearwaterforest", "znver1", "znver2", "znver3", "bdver4"))
+_X86_AVX = frozenset(("sandybridge", "ivybridge", "bdver1", "bdver2", "bdver3", "btver2"))
+
+
+def _implied_x86(triple: str, cpu: str) -> str:
+    """The vector features an x86 CPU name implies ("" for other CPUs and architectures);
+    AVX-512 CPUs with 512-bit vectors preferred, as the host's (`host_target`)."""
+    if _arch(triple) not in _X86:
+        return ""
+    if cpu in _X86_AVX512:
+        return "+avx,+avx2,+fma,+f16c,+avx512f,-prefer-256-bit"
+    if cpu in _X86_AVX2:
+        return "+avx,+avx2,+fma,+f16c"
+    if cpu in _X86_AVX:
+        return "+avx"
+    return ""
+
+
 PRESETS: dict[str, tuple[str, str, str]] = {
     "host": ("", "", ""),
     "x86-64-v3": ("x86_64-unknown-linux-gnu", "x86-64-v3", ""),

@@ -299,3 +299,16 @@ def test_targets_describe_their_caches_and_cores():
     assert host.cores >= 1
     arm = tl.Target.parse("aarch64")
     assert arm.cache_bytes == (64 << 10, 1 << 20, 8 << 20) and arm.cores == 4
+
+
+@pytest.mark.parametrize("cpu,lanes,registers", [("skylake-avx512", 16, 32), ("znver5", 16, 32),
+                                                ("haswell", 8, 16), ("znver3", 8, 16),
+                                                ("sandybridge", 8, 16), ("x86-64", 4, 16)])
+def test_an_x86_cpu_named_alone_is_described_by_its_vector_features(cpu, lanes, registers):
+    """"llvm -mcpu=NAME" without -mattr: the CPU's vector features are spelled out (as the
+    host's are), so vectorize and the register tiles use its width, not SSE's. An explicit
+    -mattr is taken as it is."""
+    t = tl.Target.parse(f"llvm -mtriple=x86_64-unknown-linux-gnu -mcpu={cpu}")
+    assert (t.vector_lanes("float32"), t.vector_registers) == (lanes, registers)
+    t = tl.Target.parse(f"llvm -mtriple=x86_64-unknown-linux-gnu -mcpu={cpu} -mattr=+sse2")
+    assert t.vector_lanes("float32") == 4
