@@ -26,8 +26,8 @@ F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
 
 def native_conversions(target: Target) -> tuple[bool, bool]:
     """Whether `target` converts (float32 <-> float16, float64 -> float16) in one instruction.
-    A CPU name that implies F16C but is not spelled in the features (e.g. -mcpu=skylake
-    without -mattr) counts as lacking it: the integer sequence is correct everywhere."""
+    An x86 CPU named without -mattr has the features its name implies (`Target.parse`);
+    F16C spelled nowhere counts as lacking: the integer sequence is correct everywhere."""
     feats = target.feature_set
     arch = target.arch
     if arch in ("x86_64", "i386", "i686"):
