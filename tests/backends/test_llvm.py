@@ -137,42 +137,6 @@ def test_large_intermediate_goes_to_the_heap():
     np.testing.assert_array_equal(c, a * 2 + 1)
 
 
-def test_a_heap_block_is_kept_between_calls_and_grows_and_is_per_thread():
-    """A heap buffer's block is kept by its allocation site for the next call (not mapped
-    and faulted in anew each time), replaced when a call needs more, and two threads
-    calling the kernel at once each get one of their own: results stay exact."""
-    import threading
-
-    n = tl.var("n")
-    A = tl.placeholder((n,), name="A")
-    B = tl.compute((n,), lambda i: A[i] * 2.0, name="B")
-    C = tl.compute((n,), lambda i: B[n - 1 - i] + A[i], name="C")
-    f = tl.build(tl.create_schedule(C), [A, C])
-    src = f.get_source()
-    assert "malloc" in src and "atomicrmw xchg" in src
-    for size in (1 << 12, 1 << 20, 1 << 14, (1 << 21) + 3, 5):       # grows, shrinks
-        a = np.random.default_rng(size).standard_normal(size).astype("float32")
-        c = np.zeros_like(a)
-        f(a, c)
-        np.testing.assert_array_equal(c, a[::-1] * 2 + a)
-    errors = []
-
-    def work(seed):
-        rng = np.random.default_rng(seed)
-        for _ in range(20):
-            a = rng.standard_normal(int(rng.integers(1, 1 << 18))).astype("float32")
-            c = np.zeros_like(a)
-            f(a, c)
-            if not np.array_equal(c, a[::-1] * 2 + a):
-                errors.append(seed)
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
-
-
 def test_unknown_targets():
     A, B, C = _vadd()
     s = tl.create_schedule(C)

@@ -33,7 +33,6 @@ from .vmath import erf_f32, exp_f32, log_f32, tanh_f32
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 STACK_LIMIT = 16 * 1024  # bytes; larger or symbolic allocations go to the heap
-HEAP_HEADER = 8           # bytes before a heap block's data: its capacity
 def llvm_type(d: DType) -> ir.Type:
     if d.is_bool:
         t = I1
@@ -108,7 +107,6 @@ class FunctionCodegen:
         self.entry = self.fn.append_basic_block("entry")
         self.builder = ir.IRBuilder(self.fn.append_basic_block("body"))
         self.heap: list[ir.Value] = []
-        self.heap_sites: dict[int, ir.GlobalVariable] = {}   # heap_cache, per allocation
         self.kernel = name
         self.check_guard: ir.Value | None = None  # i1: some vector lane is on (scalar reads)
         self.registers: list[Buffer] = []    # small local arrays SROA can keep in registers
@@ -763,72 +761,21 @@ class FunctionCodegen:
         for x in buf.shape:
             n = b.mul(n, self.to_i64(self.expr(x), x.dtype))
         size = b.mul(n, ir.Constant(I64, buf.dtype.itemsize if not buf.dtype.is_bool else 1))
-        raw = self.heap_block(buf, size)
+        malloc = self._declare("malloc", ir.IntType(8).as_pointer(), [I64])
+        raw = b.call(malloc, [b.add(size, ir.Constant(I64, 64))], name=f"{buf.name}.raw")
+        with b.if_then(b.icmp_unsigned("==", raw, ir.Constant(raw.type, None)), likely=False):
+            self.return_status(1)
         # aligned to a cache line (malloc promises 16 bytes; glibc's large blocks start 16
         # bytes into a page), so a 512-bit vector at a multiple of 16 elements reads one
-        # line (the model's count of split loads, cost.py, assumes it)
-        off = b.and_(b.sub(ir.Constant(I64, -HEAP_HEADER), b.ptrtoint(raw, I64)),
-                     ir.Constant(I64, 63))
-        start = b.gep(raw, [b.add(off, ir.Constant(I64, HEAP_HEADER))], inbounds=True)
+        # line. Measured on a 2-core Zen 4 with the matmul's packed B at +16 bytes against
+        # aligned: no difference at 512^3 or 2048^3 (its loads come from L1/L2, where a
+        # split load costs little); kept for the model's count of split loads (cost.py)
+        off = b.and_(b.sub(ir.Constant(I64, 0), b.ptrtoint(raw, I64)), ir.Constant(I64, 63))
+        start = b.gep(raw, [off], inbounds=True)
         with self.allocated(buf, b.bitcast(start, et.as_pointer(), name=buf.name)):
             self.stmt(s.body)
-        self.heap_release(buf, raw)
-
-    def heap_block(self, buf: Buffer, size: ir.Value) -> ir.Value:
-        """A heap block of at least `size` bytes (and a header and a line's alignment) for
-        `buf`: the one this allocation site kept from its last run when it is large
-        enough, else a new one (malloc). Freed and allocated again on every call, a
-        buffer beyond malloc's mmap threshold (a matmul's packed B, 1 MiB at 512^3) was
-        mapped and its pages faulted in anew each time: the 512^3 matmul ran at 111-216
-        GFLOPS from call to call against 217-218 with the block kept (2-core Zen 4). The
-        site's block is taken and given back with atomic exchanges, so calls on several
-        threads at once each get a block of their own; it lives as long as the module."""
-        b = self.builder
-        cache = self.heap_cache(buf)
-        kept = b.atomic_rmw("xchg", cache, ir.Constant(I8.as_pointer(), None), "acquire")
-        need = b.add(size, ir.Constant(I64, HEAP_HEADER + 64))
-        with b.goto_block(self.entry):
-            have = b.alloca(I8.as_pointer(), name=f"{buf.name}.block")
-        b.store(kept, have)
-        is_null = b.icmp_unsigned("==", kept, ir.Constant(kept.type, None))
-        with b.if_else(is_null) as (none, some):
-            with none:
-                pass
-            with some:
-                cap = b.load(b.bitcast(kept, I64.as_pointer()))
-                with b.if_then(b.icmp_unsigned("<", cap, need)):
-                    b.call(self._declare("free", ir.VoidType(), [I8.as_pointer()]), [kept])
-                    b.store(ir.Constant(I8.as_pointer(), None), have)
-        cur = b.load(have)
-        with b.if_then(b.icmp_unsigned("==", cur, ir.Constant(cur.type, None))):
-            malloc = self._declare("malloc", I8.as_pointer(), [I64])
-            fresh = b.call(malloc, [need], name=f"{buf.name}.raw")
-            with b.if_then(b.icmp_unsigned("==", fresh, ir.Constant(fresh.type, None)),
-                           likely=False):
-                self.return_status(1)
-            b.store(need, b.bitcast(fresh, I64.as_pointer()))
-            b.store(fresh, have)
-        return b.load(have)
-
-    def heap_release(self, buf: Buffer, raw: ir.Value) -> None:
-        """Give `raw` back to its site's cache; the block it displaces (another thread's)
-        is freed."""
-        b = self.builder
-        old = b.atomic_rmw("xchg", self.heap_cache(buf), raw, "acq_rel")
-        with b.if_then(b.icmp_unsigned("!=", old, ir.Constant(old.type, None))):
-            b.call(self._declare("free", ir.VoidType(), [I8.as_pointer()]), [old])
-
-    def heap_cache(self, buf: Buffer) -> ir.GlobalVariable:
-        """The global that keeps the heap block of `buf`'s allocation site."""
-        key = id(buf)
-        g = self.heap_sites.get(key)
-        if g is None:
-            name = self.module.get_unique_name(f"{self.kernel}.heap")
-            g = ir.GlobalVariable(self.module, I8.as_pointer(), name)
-            g.initializer = ir.Constant(I8.as_pointer(), None)
-            g.align = 8
-            self.heap_sites[key] = g
-        return g
+        free = self._declare("free", ir.VoidType(), [ir.IntType(8).as_pointer()])
+        b.call(free, [raw])
 
     def finish(self) -> None:
         if self.streams:

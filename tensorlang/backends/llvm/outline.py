@@ -66,7 +66,6 @@ def emit_parallel_loop(cg, s: For, lo: ir.Value) -> None:
     sub.row_shape = dict(cg.row_shape)
     sub.streamed, sub.streams = cg.streamed, False
     sub.fn, sub.ptrs, sub.env, sub.heap = fn, {}, {}, []
-    sub.heap_sites = cg.heap_sites
     sub.entry = fn.append_basic_block("entry")
     sub.builder = ir.IRBuilder(fn.append_basic_block("body"))
     sb = sub.builder
