@@ -35,6 +35,7 @@ caches, cores), so a cross target is modelled without running anything.
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from dataclasses import dataclass, field
 
 import islpy as isl
@@ -159,18 +160,18 @@ def _box(s: isl.Set) -> list[int]:
             for i in range(s.dim(isl.dim_type.set))]
 
 
-def _arith(body) -> tuple[float, int]:
-    """(instructions of one instance's arithmetic, loads) of a statement body: a multiply
-    feeding an add fuses; calls cost CALL_COST, a division 4; a select and each compare
-    or mask operation of its condition 1."""
-    ops, loads = 0.0, 0
+def _arith(body) -> tuple[float, Counter]:
+    """(instructions of one instance's arithmetic, its loads per tensor name) of a
+    statement body: a multiply feeding an add fuses; calls cost CALL_COST, a division 4; a
+    select and each compare or mask operation of its condition 1."""
+    ops, loads = 0.0, Counter()
     for x in walk_stmt(body):
         if not isinstance(x, Store):
             continue
         fused = set()
         for e in walk(x.value):
             if isinstance(e, Load):
-                loads += 1
+                loads[e.buffer.name] += 1
             if isinstance(e, (Select, CmpOp, And, Or, Not)):
                 ops += 1                # a bounds test: compares, mask logic, a blend
                 continue
@@ -263,34 +264,28 @@ class _Stmt:
             self._feet[key] = self._footprint(m, d)
         return self._feet[key]
 
-    def first_last_index(self, m: isl.Map, d: int) -> int:
-        """The smallest last index of the elements one (the representative) iteration of
-        loop d touches: where its vector along the last axis starts (d = -1: the whole
-        statement's)."""
+    def touched(self, m: isl.Map, d: int) -> isl.Set:
+        """The elements one (the representative) iteration of loop d touches; d = -1: the
+        whole statement's."""
         if d < 0:
-            rng = m.range()
-            return _val(rng.dim_min_val(rng.dim(isl.dim_type.set) - 1)) \
-                if not rng.is_empty() else 0
-        at = self.prefix[d].range()
-        for k in range(d + 1):
-            at = at.fix_val(isl.dim_type.set, k, isl.Val(str(self.point[k])))
-        if at.is_empty():
-            at = _first(self.prefix[d].range())
-        rng = m.intersect_domain(self.prefix[d].intersect_range(at).domain()).range()
-        if rng.is_empty():
-            return 0
-        return _val(rng.dim_min_val(rng.dim(isl.dim_type.set) - 1))
-
-    def _footprint(self, m: isl.Map, d: int) -> list[int]:
-        if d < 0:
-            return _box(m.range())
+            return m.range()
         at = self.prefix[d].range()
         for k in range(d + 1):
             at = at.fix_val(isl.dim_type.set, k, isl.Val(str(self.point[k])))
         if at.is_empty():
             at = _first(self.prefix[d].range())
         inst = self.prefix[d].intersect_range(at).domain()
-        return _box(m.intersect_domain(inst).range())
+        return m.intersect_domain(inst).range()
+
+    def _footprint(self, m: isl.Map, d: int) -> list[int]:
+        return _box(self.touched(m, d))
+
+    def first_last_index(self, m: isl.Map, d: int) -> int:
+        """The smallest last index of what one iteration of loop d touches: where its
+        vector along the last axis starts."""
+        rng = self.touched(m, d)
+        return 0 if rng.is_empty() else \
+            _val(rng.dim_min_val(rng.dim(isl.dim_type.set) - 1))
 
 
 def _strides(buf) -> tuple[int, ...]:
@@ -417,7 +412,7 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None) -> Statem
         autovec = lanes          # LLVM's vectoriser: one block does `lanes` iterations of r
     block = iters[-1] // iters[r + 1]
     p0 = next((d for d in range(n) if kinds[d] is LoopKind.PARALLEL), None)
-    ops, _ = _arith(e.stmt.body)
+    ops, reads = _arith(e.stmt.body)
     arith = block * ops / v
     loads = stores = rows = 0.0      # rows: the vectors along a tensor's last axis
     chain = 0.0
@@ -436,11 +431,6 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None) -> Statem
                 per = CONFLICT_CYCLES if write and step % 4096 == 0 else 1
                 strided += lanes_ * per * (block / lanes_ if v > 1 else 1)
         kept = r >= 0 and box == st.footprint(m, r - 1)     # the same elements across loop r
-        split = 1
-        if v == 1 and autovec > 1 and not write and not local and \
-                autovec * size >= LINE_BYTES and _moving(st, m) == [len(box) - 1] and \
-                _split(st, m, r, size, stride):
-            split = 2                    # LLVM's vector loads, each across two lines
         if kept and write:
             # an accumulator updated across loop r: a dependent chain, in registers when it
             # is a local buffer (cache_write), else through memory (LLVM does not keep a
@@ -460,20 +450,24 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None) -> Statem
                 any(w and mm is not m and nm == name for nm, w, _, mm, _ in st.accesses):
             continue                           # the accumulator's read
         vec = _count(box)
-        if v > 1 and box and box[-1] >= v:
+        along = v > 1 and box and box[-1] >= v           # vectors along the last axis
+        if along:
             vec = _count(box[:-1]) * -(-box[-1] // v)
             rows += vec
             if not write:
                 # reads of one tensor at shifted columns (a stencil's X[i, j + 1]): one
                 # load a read a vector, not the distinct vectors of their footprint
-                vec = max(vec, _reads_of(st, name) * block / v)
-            if not write and not local and v * size >= LINE_BYTES and \
-                    _split(st, m, r, size, stride):
-                vec *= 2                 # each vector spans two cache lines: two loads
+                vec = max(vec, reads[name] * block / v)
+        elif v == 1 and autovec > 1 and box:            # LLVM's vectors of loop r
+            along = _moving(st, m) == [len(box) - 1]
+        width = (v if v > 1 else autovec) * size
+        if along and not write and not local and width >= LINE_BYTES and \
+                _split(st, m, r, size, stride):
+            vec *= 2                     # each vector spans two cache lines: two loads
         if write:
             stores += vec
         else:
-            loads += vec * split
+            loads += vec
     if carried:
         # a recurrence (y[j] from y[j - 1]) carried by loop r: each block waits for the
         # last, unless loop r is short enough for the out-of-order window to overlap the
@@ -643,12 +637,6 @@ def _llvm_vectorises(st: _Stmt, r: int) -> bool:
             if not inner or inner[-1] != st.trips[r] or _count(inner[:-1]) != 1:
                 return False
     return True
-
-
-def _reads_of(st: _Stmt, name: str) -> int:
-    """The loads of tensor `name` in the statement's body."""
-    return sum(1 for x in walk_stmt(st.e.stmt.body) if isinstance(x, Store)
-               for e in walk(x.value) if isinstance(e, Load) and e.buffer.name == name)
 
 
 def _split(st: _Stmt, m: isl.Map, r: int, size: int, stride) -> bool:
