@@ -1,0 +1,83 @@
+"""Timing schedules on the host, and the auto-scheduler's tuning log (JSON lines).
+
+`time_in_turn` takes batches of every function in turn, so one of a shared machine's slow
+spells slows all of them alike instead of one function's whole measurement; `measure_many`
+builds schedules and times them that way; the log keeps one record per line (program key,
+target, time, trace) and `best_record` reads the fastest for a key.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+
+from ..errors import TensorlangError
+
+TIME_MIN_S = 0.02        # a candidate is timed in batches of calls at least this long
+
+
+def measure(s, target="llvm", runs: int = 3) -> float:
+    """Seconds per call of the schedule's kernel on random inputs (the host only)."""
+    return measure_many([s], target, runs)[0]
+
+
+def measure_many(schedules, target="llvm", rounds: int = 3) -> list[float]:
+    """Seconds per call of each schedule's kernel (the host only), timed in turn
+    (`time_in_turn`) on random inputs."""
+    from ..driver import build
+
+    calls = []
+    for s in schedules:
+        args = [*s.placeholders, *s.outputs]
+        mod = build(s, args, target=target, name="auto")
+        rng = np.random.default_rng(0)
+        arrays = [rng.standard_normal([int(x.value) for x in t.shape]).astype(str(t.dtype))
+                  for t in args]
+        calls.append(lambda mod=mod, arrays=arrays: mod(*arrays))
+    return time_in_turn(calls, rounds)
+
+
+def time_in_turn(fns, rounds: int = 3, min_s: float = TIME_MIN_S) -> list[float]:
+    """Seconds per call of each function: the best of `rounds` batches of at least
+    `min_s` each, the batches of all functions taken in turn. A shared machine that slows
+    a whole process down for a second or two (by up to 2x on the VMs this is developed
+    on) then slows every function's batch of that round alike, instead of one function's
+    whole measurement, so the ranking survives it."""
+    reps = []
+    for fn in fns:
+        fn()
+        t0 = time.perf_counter()
+        fn()
+        once = max(time.perf_counter() - t0, 1e-7)
+        reps.append(max(1, min(1000, int(min_s / once))))
+    best = [float("inf")] * len(fns)
+    for r in range(rounds):
+        for k in (range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))):
+            t0 = time.perf_counter()
+            for _ in range(reps[k]):
+                fns[k]()
+            best[k] = min(best[k], (time.perf_counter() - t0) / reps[k])
+    return best
+
+
+# ------------------------------------------------------------------------------ the log
+def _read_log(path) -> list[dict]:
+    try:
+        with open(path) as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as e:
+        raise TensorlangError(f"auto_schedule: cannot read the tuning log {path}: {e}") from e
+
+
+def best_record(path, key: str) -> dict | None:
+    recs = [r for r in _read_log(path) if r.get("key") == key and r.get("time") is not None]
+    return min(recs, key=lambda r: r["time"]) if recs else None
+
+
+def _append_log(path, rec: dict) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(rec) + "\n")
