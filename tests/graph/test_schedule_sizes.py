@@ -187,15 +187,18 @@ def test_a_matmul_whose_b_overflows_half_the_l2_goes_in_blocks_of_b_panels(monke
     block loop, just before the row tiles (in parallel) read it from L2. With the row
     tiles outermost, every row tile read all of B from the last-level cache (1024^3 on a
     2-core Xeon VM: 70-120 against 300 GFLOPS). A B that fits half the L2 keeps the row
-    tiles outermost; an A of few row tiles runs the blocks in parallel instead. (On 2 cores
-    with a 2 MiB L2, whatever this machine has: "few" row tiles is fewer than 2 per core.)"""
+    tiles outermost. The blocks run in parallel (each thread packs the panels it reads)
+    when A has few row tiles or when whole panels share evenly among the threads; else
+    the row tiles do. (On 2 cores with a 2 MiB L2, whatever this machine has: "few" row
+    tiles is fewer than 2 per core.)"""
     import tensorlang.target as T
 
     monkeypatch.setenv("TL_NUM_THREADS", "2")
     monkeypatch.setattr(T, "_CACHES", [(48 << 10, 2 << 20, 32 << 20)])
     E._KERNELS.clear()
     l2 = tl.Target.parse("llvm").cache_bytes[1]
-    for (m, k, n), first in (((1024, 1024, 1024), ("column blocks", "SERIAL")),
+    for (m, k, n), first in (((1024, 1024, 1024), ("column blocks", "PARALLEL")),
+                             ((1000, 1000, 1000), ("column blocks", "SERIAL")),
                              ((127, 4100, 4100), ("column blocks", "SERIAL")),
                              ((8, 4096, 4096), ("column blocks", "PARALLEL")),
                              ((64, 64, 64), ("rows", "PARALLEL"))):
@@ -223,7 +226,8 @@ def test_a_matmul_whose_b_overflows_half_the_l2_goes_in_blocks_of_b_panels(monke
 
 
 @pytest.mark.parametrize("m,k,n", [(100, 96, 160), (7, 33, 64), (64, 64, 4100 // 41 * 16),
-                                   (37, 50, 100), (9, 20, 1000 // 8 + 3)])
+                                   (37, 50, 100), (9, 20, 1000 // 8 + 3), (100, 96, 384),
+                                   (61, 400, 192)])
 def test_b_panels_outermost_match_numpy(monkeypatch, m, k, n, rng):
     _small_caches(monkeypatch, 16 << 10)        # every B "overflows": blocks of panels
     x, y = G.Variable("x", (m, k), "float32"), G.Variable("y", (k, n), "float32")
@@ -314,3 +318,49 @@ def test_channel_blocked_conv2d_matches_numpy(n, c, k, stride, padding, epilogue
     if epilogue:
         want = np.maximum(want + bv, 0)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * math.sqrt(c * 9))
+
+
+@pytest.mark.parametrize("n,c,k,epilogue", [(14, 32, 32, True), (28, 32, 16, False),
+                                            (7, 64, 64, True)])
+@pytest.mark.parametrize("l2", [1 << 20, 4 << 10])
+def test_channel_blocked_conv2d_runs_rows_first_while_its_weights_fit_half_the_l2(
+        monkeypatch, n, c, k, epilogue, l2, rng):
+    """The blocked conv's parallel loop is (batch, output rows, channel blocks), and the
+    padded input is made in parallel over (batch, rows), so each thread reads the rows it
+    padded itself — while all the packed weights fit half the L2; else (batch, channel
+    blocks, rows) keeps a block's weights in the L2 across the rows. Both against numpy."""
+    import tensorlang.target as T
+    from tensorlang.graph.nnops import conv2d_ref
+
+    monkeypatch.setenv("TL_NUM_THREADS", "2")
+    monkeypatch.setattr(T, "_CACHES", [(32 << 10, l2, 32 << 20)])
+    monkeypatch.setattr(CS, "_host", lambda: tl.Target.parse("llvm -mcpu=znver4"))
+    E._KERNELS.clear()
+    x = G.Variable("x", (2, c, n, n), "float32")
+    w = G.Variable("w", (k, c, 3, 3), "float32")
+    b = G.Variable("b", (k, 1, 1), "float32")
+    node = G.conv2d(x, w, padding=1)
+    if epilogue:
+        node = G.relu(node + b)
+    (group, s), = [g for g in E.default_schedules([node]) if g[0][-1].op != "variable"]
+    out = next(st for st in s.stages if any(st.op.output is o for o in s.outputs))
+    xpad = next(st for st in s.stages if st.op.name == "xpad")
+    nb, _, rows, _ = (a.var.name for a in out.op.axis)
+    first = out.state.loops[0]
+    assert first.kind.name == "PARALLEL"
+    rows_first = k * c * 9 * 4 <= l2 // 2
+    want = f"{nb}.{rows}.fused" if rows_first else f"{nb}.{out.op.axis[1].var.name}.outer"
+    assert first.name.startswith(want), (first.name, want)
+    pad_axes = [a.var.name for a in xpad.op.axis]
+    pad_first = xpad.state.loops[0]
+    assert pad_first.kind.name == "PARALLEL"
+    assert pad_first.name.startswith(f"{pad_axes[0]}.{pad_axes[2] if rows_first else pad_axes[1]}")
+    xv = rng.standard_normal((2, c, n, n)).astype("f4")
+    wv = rng.standard_normal((k, c, 3, 3)).astype("f4")
+    bv = rng.standard_normal((k, 1, 1)).astype("f4")
+    (got,) = G.Executor([node]).run({x: xv, w: wv, b: bv} if epilogue else {x: xv, w: wv})
+    want_v = conv2d_ref(xv.astype("f8"), wv.astype("f8"), 1, 1)
+    if epilogue:
+        want_v = np.maximum(want_v + bv, 0)
+    np.testing.assert_allclose(got, want_v, rtol=1e-4, atol=1e-4 * math.sqrt(c * 9))
+    E._KERNELS.clear()
