@@ -46,6 +46,8 @@ from .schedule import Schedule, TraceEntry, create_schedule
 MEASURE_TOP = 8          # candidates built and timed on the host, best predicted first
 SAMPLES = 48             # candidates sampled per search (fewer when the budget runs out)
 FINALISTS = 4            # the fastest candidates timed again, in turn, before choosing
+SKETCHES = 6             # sketches whose best predicted candidate is timed first
+SKETCH_RATIO = 4.0       # ... when predicted within this factor of the best prediction
 
 
 @dataclass
@@ -639,8 +641,10 @@ def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=Non
         # follows the model where it errs too (a matmul tile of 7 rows and 32-lane
         # vectors, predicted best, measured 2x slower), so it never takes every slot
         rest = [c for c in cands if c.trace and all(c is not x for x in seeded)]
+        firsts = _sketch_leaders(rest)
+        rest = [c for c in rest if all(c is not x for x in firsts)]
         pools = [[c for c in rest if not c.refined], [c for c in rest if c.refined]]
-        todo = [seen[""]] + seeded + [c for pair in zip(*pools) for c in pair] + \
+        todo = [seen[""]] + seeded + firsts + [c for pair in zip(*pools) for c in pair] + \
             pools[0][len(pools[1]):] + pools[1][len(pools[0]):]
         bar = _progress(todo, progress)
         best = None
@@ -702,6 +706,32 @@ def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=Non
                           "trace": [t.to_json() for t in result.best.trace]})
     s.auto = result
     return s
+
+
+PLACEMENTS = ("compute_at", "compute_inline", "compute_root", "cache_write", "cache_read",
+              "pack", "rfactor")
+
+
+def _sketch(trace: list[TraceEntry]) -> tuple:
+    """Where each stage is computed and which buffers the trace adds (its placement
+    primitives, without their sizes): Ansor's sketch."""
+    return tuple((t.stage, t.call.prim) + tuple(a for a in t.call.args if not isinstance(a, int))
+                 for t in trace if t.call.prim in PLACEMENTS)
+
+
+def _sketch_leaders(cands: list[Candidate]) -> list[Candidate]:
+    """The best predicted candidate of each sketch (`cands` sorted by prediction) whose
+    prediction is within SKETCH_RATIO of the best, at most SKETCHES of them: measured
+    before the rest, because the model ranks tile sizes within a sketch better than it
+    ranks sketches against each other. (The 3x3 blur's two-pass schedule, each pass at
+    the root, is predicted at twice the inlined ones and measured fastest on a Zen 4;
+    among ~40 inlined samples it was measured only when the sampling order reached it.)"""
+    leaders: dict[tuple, Candidate] = {}
+    for c in cands:
+        if c.predicted > SKETCH_RATIO * cands[0].predicted or len(leaders) >= SKETCHES:
+            break
+        leaders.setdefault(_sketch(c.trace), c)
+    return list(leaders.values())
 
 
 def _refine(seen: dict, outs, tgt, rng: random.Random, until: float, pool: int = 4) -> None:

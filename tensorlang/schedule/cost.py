@@ -156,8 +156,43 @@ def _box(s: isl.Set) -> list[int]:
     """Extents of the set's bounding box, per dimension (0 when empty)."""
     if s.is_empty():
         return [0] * s.dim(isl.dim_type.set)
-    return [_val(s.dim_max_val(i)) - _val(s.dim_min_val(i)) + 1
-            for i in range(s.dim(isl.dim_type.set))]
+    out = []
+    for d in range(s.dim(isl.dim_type.set)):
+        lo, hi = _ends(s, d)
+        out.append(hi - lo + 1)
+    return out
+
+
+def _line(s: isl.Set, d: int) -> isl.Set:
+    """The values of dimension d (the others projected out)."""
+    n = s.dim(isl.dim_type.set)
+    return s.project_out(isl.dim_type.set, d + 1, n - d - 1).project_out(isl.dim_type.set, 0, d)
+
+
+def _ends(s: isl.Set, d: int) -> tuple[int, int]:
+    """The smallest and largest value of dimension d of a non-empty set, as the first and
+    last points of its projection. (isl's dim_min_val answered 0 for { X[512, j] : 1008 <=
+    j <= 1025 } as the image of a compute_at stage's iterations, split into pieces with an
+    empty one among them: a 3x3 blur's inner pass looked 10^4 times too slow; coalescing
+    first failed inside isl on other sets.)"""
+    line = _line(s, d)
+
+    def at(p: isl.Set) -> int:
+        return _val(p.sample_point().get_coordinate_val(isl.dim_type.set, 0))
+    return at(line.lexmin()), at(line.lexmax())
+
+
+def _values(s: isl.Set, d: int) -> int:
+    """How many values dimension d takes in the set (0 when empty): not the extent of its
+    bounding box — a stage computed at a fused loop runs its own fused loop over rows
+    i - 1, i, i + 1 of a tile, 3 values 16 apart, not 33."""
+    if s.is_empty():
+        return 0
+    got = _line(s, d).count_val()
+    if got.is_int():
+        return _val(got)
+    lo, hi = _ends(s, d)
+    return hi - lo + 1
 
 
 def _arith(body) -> tuple[float, Counter]:
@@ -227,10 +262,9 @@ class _Stmt:
         first = last = None
         cur = self.prefix[-1].range() if self.n else None
         for d in range(self.n):
-            ext = _box(cur)
-            out.append(max(ext[d], 1) if ext else 1)
+            out.append(max(_values(cur, d), 1) if cur is not None else 1)
             if cur is not None and not cur.is_empty():
-                lo, hi = _val(cur.dim_min_val(d)), _val(cur.dim_max_val(d))
+                lo, hi = _ends(cur, d)
                 mid = cur.fix_val(isl.dim_type.set, d, isl.Val(str((lo + hi) // 2)))
                 if mid.is_empty():                   # a stride: the first value instead
                     lo_pt = cur.lexmin()
@@ -284,8 +318,7 @@ class _Stmt:
         """The smallest last index of what one iteration of loop d touches: where its
         vector along the last axis starts."""
         rng = self.touched(m, d)
-        return 0 if rng.is_empty() else \
-            _val(rng.dim_min_val(rng.dim(isl.dim_type.set) - 1))
+        return 0 if rng.is_empty() else _ends(rng, rng.dim(isl.dim_type.set) - 1)[0]
 
 
 def _strides(buf) -> tuple[int, ...]:

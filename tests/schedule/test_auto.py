@@ -436,3 +436,26 @@ def test_no_channel_tile_without_columns_to_share_it():
     ins, out, _ = conv(16, 8)
     s = tl.create_schedule(out)
     assert auto._channel_axis(s, s[out], 16) == ("o", ins[1], 0)
+
+
+def test_the_best_predicted_candidate_of_each_sketch_is_measured_first():
+    """Candidates are grouped by sketch (where each stage is computed, which buffers are
+    added; tile sizes aside): the best predicted of each sketch predicted within
+    SKETCH_RATIO of the best comes before the rest, in prediction order."""
+    from tensorlang.schedule.schedule import Call
+
+    def cand(pred, *placements):
+        trace = [auto.TraceEntry("by", Call("split", ("j",), (("factor", 16),)))]
+        trace += [auto.TraceEntry(st, Call(prim, args, ())) for st, prim, args in placements]
+        return auto.Candidate(trace, pred)
+
+    inline = [cand(1.0 + k / 10, ("bx", "compute_inline", ())) for k in range(5)]
+    root = [cand(2.0), cand(2.5)]
+    at = [cand(3.0, ("bx", "compute_at", ("by", "j.outer"))),
+          cand(3.5, ("bx", "compute_at", ("by", "i")))]
+    far = [cand(auto.SKETCH_RATIO * 1.01, ("bx", "compute_at", ("by", "j")))]
+    cands = sorted(inline + root + at + far, key=lambda c: c.predicted)
+    leaders = auto._sketch_leaders(cands)
+    assert [c.predicted for c in leaders] == [1.0, 2.0, 3.0, 3.5]
+    assert auto._sketch(inline[0].trace) == auto._sketch(inline[3].trace) != \
+        auto._sketch(root[0].trace)
