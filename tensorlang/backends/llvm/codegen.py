@@ -21,6 +21,7 @@ from ...ir.expr import (
 )
 from ...ir.stmt import Allocate, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store
 from ...ir.visit import free_vars, map_stmt, substitute, walk
+from .carry import carried_loads
 from .half import native_conversions
 from ...ir.unswitch import hoist_tile_guards
 from .registers import (
@@ -109,6 +110,8 @@ class FunctionCodegen(ArithCodegen):
         self.row_shape: dict[int, tuple] = {}  # small arrays whose rows are padded
         self.streamed: set[int] = set()      # arguments stored non-temporally (stream.py)
         self.streams = False                 # some store was non-temporal: fence at the end
+        self.carried: dict[int, tuple] = {}  # Load id -> (first iteration?, phi) (carry.py)
+        self.carry_store: Store | None = None  # the store whose value the loop carries
 
     def ty(self, d: DType) -> ir.Type:
         """The LLVM type of a value of dtype `d`: a vector inside a vectorized loop."""
@@ -186,6 +189,8 @@ class FunctionCodegen(ArithCodegen):
         if isinstance(e, Load):
             if self.vec is not None:
                 return self.vec.load(self, e)
+            if id(e) in self.carried:
+                return self.carried_load(e)
             v = b.load(self.address(e.buffer, e.indices))
             return b.icmp_unsigned("!=", v, ir.Constant(I8, 0)) if e.dtype.is_bool else v
         if isinstance(e, (Add, Sub, Mul, Div, FloorDiv, FloorMod, Min, Max)):
@@ -339,6 +344,8 @@ class FunctionCodegen(ArithCodegen):
                 self.vec.store(self, s, v)
             else:
                 b.store(v, self.address(s.buffer, s.indices))
+                if self.carry_store is s:
+                    self.carry_value = v
         elif isinstance(s, For):
             self.loop(s)
         elif isinstance(s, If) and self.vec is not None:
@@ -512,14 +519,51 @@ class FunctionCodegen(ArithCodegen):
         b.position_at_end(head)
         i = b.phi(I64, name=name)
         i.add_incoming(lo, pre)
+        carry = carried_loads(body_stmt, name) if self.vec is None and within is None else None
+        if carry is not None:    # the value the last iteration stored (carry.py)
+            store, loads = carry
+            prev = b.phi(memory_type(store.buffer.dtype), name=f"{name}.carried")
+            prev.add_incoming(ir.Constant(prev.type, ir.Undefined), pre)
         b.cbranch(b.icmp_signed("<", i, hi), body, end)
         b.position_at_end(body)
         with self.bound(name, i), (within(i) if within else contextlib.nullcontext()):
-            self.stmt(body_stmt)
+            if carry is None:
+                self.stmt(body_stmt)
+            else:
+                first = b.icmp_signed("==", i, lo)
+                saved = self.carried, self.carry_store
+                self.carried = {**self.carried, **{id(x): (first, prev) for x in loads}}
+                self.carry_store, self.carry_value = store, None
+                try:
+                    self.stmt(body_stmt)
+                    stored = self.carry_value
+                finally:
+                    self.carried, self.carry_store = saved
         nxt = b.add(i, ir.Constant(I64, 1), flags=["nsw"])
         i.add_incoming(nxt, b.block)
+        if carry is not None:
+            prev.add_incoming(stored, b.block)
         b.branch(head)
         b.position_at_end(end)
+
+    def carried_load(self, e: Load) -> ir.Value:
+        """A load of what the previous iteration stored: memory in the first iteration,
+        else the stored value (`serial_loop`)."""
+        b = self.builder
+        first, prev = self.carried[id(e)]
+        start = b.block
+        read = b.append_basic_block("carry.first")
+        join = b.append_basic_block("carry.join")
+        b.cbranch(first, read, join)
+        b.position_at_end(read)
+        v = b.load(self.address(e.buffer, e.indices))
+        read_end = b.block
+        b.branch(join)
+        b.position_at_end(join)
+        out = b.phi(prev.type)
+        out.add_incoming(v, read_end)
+        out.add_incoming(prev, start)
+        return out
 
     def parallel_loop(self, s: For, lo: ir.Value) -> None:
         """Outline the loop and run it on the thread pool (outline.py)."""
