@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import islpy as isl
 
 from ..ir.expr import (Add, And, Call, CmpOp, Div, Expr, Load, Max, Min, Mul, Not, Or,
-                       Select, Sub)
+                       Select, Sub, Var)
 from ..ir.stmt import LoopKind, Store
 from ..ir.visit import walk, walk_stmt
 from ..polyhedral.placement import loop_prefix
@@ -195,20 +195,34 @@ def _values(s: isl.Set, d: int) -> int:
     return hi - lo + 1
 
 
-def _arith(body) -> tuple[float, Counter]:
+def _arith(body, moving=None) -> tuple[float, Counter]:
     """(instructions of one instance's arithmetic, its loads per tensor name) of a
     statement body: a multiply feeding an add fuses; calls cost CALL_COST, a division 4; a
-    select and each compare or mask operation of its condition 1."""
+    select and each compare or mask operation of its condition 1 — the condition's
+    compares nothing when `moving` (variable names -> those of them that change along the
+    register block's loop, and along its vector loop) says that none of its variables
+    changes along the block's loop and some along the vector lanes: LLVM computes such a
+    mask once, outside that loop (a convolution's padding test on rows and columns of
+    vectors along the columns, inside a loop over channels: 0.37 ms measured, 1.6
+    predicted before). A scalar test whose select reads memory is a branch, not hoisted."""
     ops, loads = 0.0, Counter()
     for x in walk_stmt(body):
         if not isinstance(x, Store):
             continue
         fused = set()
+        hoisted: set[int] = set()
+        if moving is not None:
+            for e in walk(x.value):
+                if isinstance(e, Select) and id(e) not in hoisted:
+                    along_r, lanes = moving({v.name for v in walk(e.cond)
+                                             if isinstance(v, Var)})
+                    if lanes and not along_r:
+                        hoisted.update(id(c) for c in walk(e.cond))
         for e in walk(x.value):
             if isinstance(e, Load):
                 loads[e.buffer.name] += 1
             if isinstance(e, (Select, CmpOp, And, Or, Not)):
-                ops += 1                # a bounds test: compares, mask logic, a blend
+                ops += 0 if id(e) in hoisted else 1   # a bounds test: compares, mask logic
                 continue
             if not isinstance(e, Expr) or not e.dtype.is_float:
                 continue
@@ -445,7 +459,8 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None) -> Statem
         autovec = lanes          # LLVM's vectoriser: one block does `lanes` iterations of r
     block = iters[-1] // iters[r + 1]
     p0 = next((d for d in range(n) if kinds[d] is LoopKind.PARALLEL), None)
-    ops, reads = _arith(e.stmt.body)
+    ops, reads = _arith(e.stmt.body, lambda names: (
+        _moving_vars(st, r, names), _moving_vars(st, n - 1, names) if v > 1 else set()))
     arith = block * ops / v
     loads = stores = rows = 0.0      # rows: the vectors along a tensor's last axis
     chain = 0.0
@@ -643,6 +658,40 @@ def _carried(st: _Stmt, r: int) -> bool:
 def _moving(st: _Stmt, m: isl.Map) -> list[int]:
     """The dimensions of an access that move with the innermost loop."""
     return [k for k, x in enumerate(st.footprint(m, st.n - 2)) if x > 1]
+
+
+def _moving_vars(st: _Stmt, r: int, names: set[str]) -> set[str]:
+    """Those of `names` (statement variables) whose value changes along loop r with every
+    other loop fixed (the loops around it and inside it); all of them when r < 0 or when
+    loop r cannot change alone (isl: two loop vectors that differ in loop r alone give two
+    values of the variable)."""
+    rev = st.e.lmap.reverse()                           # loop values -> statement point
+    n = rev.dim(isl.dim_type.out)
+    dims = {rev.get_dim_name(isl.dim_type.out, k): k for k in range(n)}
+    if r < 0:
+        return set(names)
+    nl = rev.dim(isl.dim_type.in_)
+    loops = ", ".join(f"l{t}" for t in range(nl))
+    other = ", ".join(f"l{t}" if t != r else "m" for t in range(nl))
+    step = isl.Map(f"{{ [{loops}] -> [{other}] }}").align_params(rev.get_space())
+    feasible = rev.domain()
+    step = step.intersect_domain(feasible).intersect_range(feasible)
+    zeros = ", ".join(["0"] * nl)
+    if step.deltas().is_subset(isl.Set(f"{{ [{zeros}] }}").align_params(step.get_space())):
+        # loop r cannot move alone (loops inside it run over ranges that move with it:
+        # a tile's rows 8 l0 .. 8 l0 + 7): every variable counts as moving
+        return set(names)
+    out = set()
+    for name in names:
+        k = dims.get(name)
+        if k is None:
+            continue
+        one = rev.project_out(isl.dim_type.out, k + 1, n - k - 1).project_out(
+            isl.dim_type.out, 0, k)
+        pairs = one.reverse().apply_range(step).apply_range(one)
+        if not pairs.deltas().is_subset(isl.Set("{ [0] }").align_params(pairs.get_space())):
+            out.add(name)
+    return out
 
 
 def _is_minmax(st: _Stmt) -> bool:

@@ -381,3 +381,51 @@ def test_a_stage_at_a_fused_loop_counts_the_values_its_loops_take():
     assert st.footprint(m, 1)[0] == 1 and 16 <= st.footprint(m, 1)[1] <= 18
     rep = cost.estimate(s, "llvm")
     assert rep.seconds < 1e-3, rep       # 12 s before: 33 values of 513 rows each
+
+
+def _conv(c, h, padded_input: bool):
+    """conv2d 3x3 (pad 1) over c channels of h x h, with the padding as a stage (inlined
+    by the schedules below) or the input already padded."""
+    if padded_input:
+        X = tl.placeholder((1, c, h + 2, h + 2), "float32", name="X")
+        pad = X
+    else:
+        X = tl.placeholder((1, c, h, h), "float32", name="X")
+        pad = tl.compute((1, c, h + 2, h + 2), lambda n, k, y, x: tl.if_then_else(
+            tl.all(y >= 1, y < h + 1, x >= 1, x < h + 1), X[n, k, y - 1, x - 1], 0.0),
+            name="xpad")
+    W = tl.placeholder((c, c, 3, 3), "float32", name="W")
+    rc, rp, rq = (tl.reduce_axis((0, e), name=nm) for e, nm in ((c, "rc"), (3, "rp"), (3, "rq")))
+    out = tl.compute((1, c, h, h), lambda n, o, i, j: tl.sum(
+        pad[n, rc, i + rp, j + rq] * W[o, rc, rp, rq], axis=[rc, rp, rq]), name="out")
+    s = tl.create_schedule(out)
+    if not padded_input:
+        s[pad].compute_inline()
+    st = s[out]
+    local = s.cache_write(out, "local")
+    n, o, i, j = st.op.axis
+    oo, jo, oi, ji = st.tile(o, j, 8, 32)
+    jio, jii = st.split(ji, factor=16)
+    st.vectorize(jii)
+    st.reorder(n, oo, i, jo, oi, jio, jii)
+    s[local].compute_at(st, jo)
+    lt = s[local]
+    ln, lo, li, lj = lt.op.axis
+    ljo, lji = lt.split(lj, factor=16)
+    lt.reorder(ln, li, *lt.op.reduce_axis, lo, ljo, lji)
+    lt.unroll(lo)
+    lt.unroll(ljo)
+    lt.vectorize(lji)
+    st.parallel(st.fuse(n, oo))
+    return s
+
+
+def test_a_padding_test_on_vectors_outside_the_channel_loop_is_computed_once():
+    """The padding stage inlined into a conv whose register block runs over input
+    channels, with vectors along the columns: its bounds test depends on rows and columns
+    only, so LLVM makes the masks once outside the channel loop — the block costs what the
+    conv on an already padded input costs (measured 0.37 ms on a Zen 4; predicted 1.6 ms
+    when the test counted in every step), not 4x."""
+    inlined = cost.estimate(_conv(64, 28, False), "llvm").seconds
+    padded = cost.estimate(_conv(64, 28, True), "llvm").seconds
+    assert inlined < 1.3 * padded, (inlined, padded)
