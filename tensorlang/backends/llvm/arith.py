@@ -127,16 +127,23 @@ class ArithCodegen:
                 _has_side_effects_or_traps(e.false_value)):
             return b.select(c, self.expr(e.true_value), self.expr(e.false_value))
         # only the taken arm may run: it can read where the other would be out of bounds
-        then_bb = b.append_basic_block("sel.then")
-        else_bb = b.append_basic_block("sel.else")
-        end_bb = b.append_basic_block("sel.end")
+        return self.branch_value(c, lambda: self.expr(e.true_value),
+                                 lambda: self.expr(e.false_value), "sel")
+
+    def branch_value(self, c: ir.Value, then, other, name: str) -> ir.Value:
+        """The value of `then()` where `c` holds, else of `other()`, each made in its own
+        block (so that only the taken one runs), joined by a phi."""
+        b = self.builder
+        then_bb = b.append_basic_block(f"{name}.then")
+        else_bb = b.append_basic_block(f"{name}.else")
+        end_bb = b.append_basic_block(f"{name}.end")
         b.cbranch(c, then_bb, else_bb)
         b.position_at_end(then_bb)
-        tv = self.expr(e.true_value)
+        tv = then()
         then_end = b.block
         b.branch(end_bb)
         b.position_at_end(else_bb)
-        fv = self.expr(e.false_value)
+        fv = other()
         else_end = b.block
         b.branch(end_bb)
         b.position_at_end(end_bb)

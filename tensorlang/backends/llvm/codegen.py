@@ -112,6 +112,7 @@ class FunctionCodegen(ArithCodegen):
         self.streams = False                 # some store was non-temporal: fence at the end
         self.carried: dict[int, tuple] = {}  # Load id -> (first iteration?, phi) (carry.py)
         self.carry_store: Store | None = None  # the store whose value the loop carries
+        self.carry_value: ir.Value | None = None  # ... and the value it stored
 
     def ty(self, d: DType) -> ir.Type:
         """The LLVM type of a value of dtype `d`: a vector inside a vectorized loop."""
@@ -549,21 +550,10 @@ class FunctionCodegen(ArithCodegen):
     def carried_load(self, e: Load) -> ir.Value:
         """A load of what the previous iteration stored: memory in the first iteration,
         else the stored value (`serial_loop`)."""
-        b = self.builder
         first, prev = self.carried[id(e)]
-        start = b.block
-        read = b.append_basic_block("carry.first")
-        join = b.append_basic_block("carry.join")
-        b.cbranch(first, read, join)
-        b.position_at_end(read)
-        v = b.load(self.address(e.buffer, e.indices))
-        read_end = b.block
-        b.branch(join)
-        b.position_at_end(join)
-        out = b.phi(prev.type)
-        out.add_incoming(v, read_end)
-        out.add_incoming(prev, start)
-        return out
+        return self.branch_value(
+            first, lambda: self.builder.load(self.address(e.buffer, e.indices)),
+            lambda: prev, "carry")
 
     def parallel_loop(self, s: For, lo: ir.Value) -> None:
         """Outline the loop and run it on the thread pool (outline.py)."""

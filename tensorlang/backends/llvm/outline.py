@@ -65,7 +65,7 @@ def emit_parallel_loop(cg, s: For, lo: ir.Value) -> None:
     sub.padded = set(cg.padded)
     sub.row_shape = dict(cg.row_shape)
     sub.streamed, sub.streams = cg.streamed, False
-    sub.carried, sub.carry_store = {}, None
+    sub.carried, sub.carry_store, sub.carry_value = {}, None, None
     sub.fn, sub.ptrs, sub.env, sub.heap = fn, {}, {}, []
     sub.entry = fn.append_basic_block("entry")
     sub.builder = ir.IRBuilder(fn.append_basic_block("body"))
