@@ -169,29 +169,29 @@ def _line(s: isl.Set, d: int) -> isl.Set:
     return s.project_out(isl.dim_type.set, d + 1, n - d - 1).project_out(isl.dim_type.set, 0, d)
 
 
-def _ends(s: isl.Set, d: int) -> tuple[int, int]:
+def _ends(s: isl.Set, d: int, line: isl.Set | None = None) -> tuple[int, int]:
     """The smallest and largest value of dimension d of a non-empty set, as the first and
-    last points of its projection. (isl's dim_min_val answered 0 for { X[512, j] : 1008 <=
-    j <= 1025 } as the image of a compute_at stage's iterations, split into pieces with an
-    empty one among them: a 3x3 blur's inner pass looked 10^4 times too slow; coalescing
-    first failed inside isl on other sets.)"""
-    line = _line(s, d)
+    last points of its projection (`line`, when already made). (isl's dim_min_val answered
+    0 for { X[512, j] : 1008 <= j <= 1025 } as the image of a compute_at stage's
+    iterations, split into pieces with an empty one among them: a 3x3 blur's inner pass
+    looked 10^4 times too slow; coalescing first failed inside isl on other sets.)"""
+    line = _line(s, d) if line is None else line
 
     def at(p: isl.Set) -> int:
         return _val(p.sample_point().get_coordinate_val(isl.dim_type.set, 0))
     return at(line.lexmin()), at(line.lexmax())
 
 
-def _values(s: isl.Set, d: int) -> int:
-    """How many values dimension d takes in the set (0 when empty): not the extent of its
-    bounding box — a stage computed at a fused loop runs its own fused loop over rows
-    i - 1, i, i + 1 of a tile, 3 values 16 apart, not 33."""
-    if s.is_empty():
-        return 0
-    got = _line(s, d).count_val()
+def _values(s: isl.Set, d: int, line: isl.Set | None = None) -> int:
+    """How many values dimension d of a non-empty set takes (its projection `line`, when
+    already made): not the extent of its bounding box — a stage computed at a fused loop
+    runs its own fused loop over rows i - 1, i, i + 1 of a tile, 3 values 16 apart, not
+    33."""
+    line = _line(s, d) if line is None else line
+    got = line.count_val()
     if got.is_int():
         return _val(got)
-    lo, hi = _ends(s, d)
+    lo, hi = _ends(s, d, line)
     return hi - lo + 1
 
 
@@ -276,9 +276,12 @@ class _Stmt:
         first = last = None
         cur = self.prefix[-1].range() if self.n else None
         for d in range(self.n):
-            out.append(max(_values(cur, d), 1) if cur is not None else 1)
-            if cur is not None and not cur.is_empty():
-                lo, hi = _ends(cur, d)
+            if cur is None or cur.is_empty():
+                out.append(1)
+            else:
+                line = _line(cur, d)                 # the values loop d takes here
+                out.append(max(_values(cur, d, line), 1))
+                lo, hi = _ends(cur, d, line)
                 mid = cur.fix_val(isl.dim_type.set, d, isl.Val(str((lo + hi) // 2)))
                 if mid.is_empty():                   # a stride: the first value instead
                     lo_pt = cur.lexmin()
@@ -295,8 +298,11 @@ class _Stmt:
                 x = r
                 if fixed is not None:
                     x = r.intersect(fixed.insert_dims(isl.dim_type.set, d, 1))
-                e = _box(x)
-                ends.append(max(e[d], 1) if e else 1)
+                if x.is_empty():
+                    ends.append(1)
+                else:                                # loop d's extent only (not every dim's)
+                    lo, hi = _ends(x, d)
+                    ends.append(max(hi - lo + 1, 1))
                 if fixed is first:
                     first = _first(x)
                 else:
