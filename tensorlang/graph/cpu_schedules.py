@@ -291,7 +291,8 @@ def _block_matmul(s: tl.Schedule, mm: tl.Tensor, out: tl.Tensor, parallel: bool)
         # B in panels of the tile's width (TVM's and Halide's packed B): the k loop then
         # reads one contiguous run per k instead of a row n floats away. A B read along
         # its rows that fits half the L2 is read in place (the copy cost more than it
-        # saved: 512^3 219 -> 228 GFLOPS unpacked, 2-core Zen 4, 1 MiB L2). A larger one
+        # saved; at 512^3 on a 2-core Zen 4 with 1 MiB L2 — B is the whole L2 — packed by
+        # blocks now runs 224-227 GFLOPS, in place 221-225). A larger one
         # read in place walks B's rows through few cache sets and misses even in an L2
         # that could hold it (2-core Xeon, 2 MiB L2, unpacked against packed, in one
         # process: 640^3 63 against 193 GFLOPS, 720^3 51 against 184, 1024^3 67-90
@@ -328,12 +329,12 @@ def _block_matmul(s: tl.Schedule, mm: tl.Tensor, out: tl.Tensor, parallel: bool)
         # level or better (208-226 against 198-224). Uneven blocks stay by row tiles:
         # 127x781x253 (a last panel of 13 columns) ran 136 by blocks against 154.
         panels, part = divmod(n, nv * lanes)
-        even = next((b for b in range(per_block, (per_block + 1) // 2 - 1, -1)
-                     if part == 0 and panels % b == 0 and panels // b % threads == 0), None)
+        even = [b for b in range(per_block, (per_block - 1) // 2, -1)   # down to half
+                if panels % b == 0 and panels // b % threads == 0] if part == 0 else []
         if few_rows:
             by_blocks = True
-        elif even is not None:
-            per_block, by_blocks = even, True
+        elif even:
+            per_block, by_blocks = even[0], True
     if blocked:
         jb, jo = st.split(jo, factor=per_block)
         st.reorder(jb, io, jo)
@@ -446,7 +447,7 @@ def _padded_input_stage(s: tl.Schedule, st, lanes: int, parallel: bool,
         st.parallel(st.fuse(*pa[:-1]))
 
 
-def _rows_first(s: tl.Schedule, itemsize: int) -> bool:
+def _rows_first(weight_bytes: int) -> bool:
     """Whether the channel-blocked conv runs (batch, output rows) outside its channel
     blocks. A parallel loop hands each thread a contiguous run of its iterations; with
     the channel blocks outermost each thread reads every row of the padded input, half of
@@ -455,11 +456,7 @@ def _rows_first(s: tl.Schedule, itemsize: int) -> bool:
     through all the weights per row: worth it while they fit half the L2. Measured in one
     process, in turn (2-core Zen 4, 56^2 64->64, 147 KiB of weights): 211-213 against
     205-207 GFLOPS; `tensorlang bench` 209.7 against 203.5 (Halide 212)."""
-    w = next((st for st in s.stages if st.op.name == "wpack"), None)
-    if w is None:
-        return False
-    size = int(np.prod([int(x.value) for x in w.op.output.shape])) * itemsize
-    return size <= _host().cache_bytes[1] // 2
+    return weight_bytes <= _host().cache_bytes[1] // 2
 
 
 def _block_conv_channels(s: tl.Schedule, conv: tl.Tensor, blocked: tl.Tensor,
@@ -477,10 +474,11 @@ def _block_conv_channels(s: tl.Schedule, conv: tl.Tensor, blocked: tl.Tensor,
     lanes = _lanes(dtype)
     nb, kb, oh, ow, block = (int(x.value) for x in blocked.shape)
     red = s[blocked].op.reduce_axis
-    flops = nb * kb * block * oh * ow * int(np.prod([int(r.extent.value) for r in red]))
+    taps = int(np.prod([int(r.extent.value) for r in red]))    # c * kh * kw
+    flops = nb * kb * block * oh * ow * taps
     parallel = parallel or flops >= 1 << 16
     rn = conv_columns(ow, _host().vector_registers) or min(ow, LATENCY_ACCUMULATORS)
-    rows_first = parallel and _rows_first(s, out.dtype.itemsize)
+    rows_first = parallel and _rows_first(kb * block * taps * out.dtype.itemsize)
     for st in s.stages:
         name = st.op.name
         if st.inlined or st.state.attach is not None or not st.op.axis or \
