@@ -1,0 +1,481 @@
+"""Candidates for `tl.auto_schedule`, sampled from sketches (as Ansor's sketches), legal by
+construction.
+
+Per stage: elementwise producers inlined or placed at a loop of their reader; a reduction
+with two or more spatial axes register-tiled (cache_write into a local tile of mr rows by
+nv vectors, the reduction outside the unrolled rows and vector columns, B optionally
+packed) or, when a spatial axis other than the last indexes an input on its own (a
+convolution's output channels), channel-blocked; a reduction along memory rfactored into
+vector partials; a recurrence carried along both of its last axes as a wavefront; every
+other stage tiled with its last axis in vectors, an inner tile unrolled, the outer loops
+fused and parallel. Each primitive is checked exactly by isl as it is applied; one that is
+refused is left out of the trace (`_try`), so every candidate is legal. `sample` makes one
+candidate; `_lowers` says whether the code generator takes it.
+"""
+
+from __future__ import annotations
+
+import random
+
+import islpy as isl
+
+from ..config import debug_print
+from ..errors import ScheduleError, TensorlangError
+from ..ir.stmt import LoopKind
+from .schedule import Schedule, create_schedule
+
+
+def _outputs(outputs) -> list:
+    outs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+    if not outs:
+        raise TensorlangError("auto_schedule: expected at least one output tensor")
+    return outs
+
+
+def _target(target):
+    from ..target import Target
+
+    return Target.parse(target) if not isinstance(target, Target) else target
+
+
+def _try(obj, prim: str, *args, **kw):
+    """Apply a primitive: its result (True for those that return nothing), or None when it
+    is refused (the schedule stays as it was)."""
+    try:
+        out = getattr(obj, prim)(*args, **kw)
+        return True if out is None else out
+    except ScheduleError as e:
+        debug_print(3, f"auto_schedule: {prim} refused: {str(e).splitlines()[0]}")
+        return None
+
+
+def _extent(ax) -> int | None:
+    try:
+        return int(ax.dom.extent.value) if hasattr(ax, "dom") else int(ax.extent.value)
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def _is_output(s: Schedule, st) -> bool:
+    return any(st.op.output is o for o in s.outputs)
+
+
+def _reads_along(st, axis_name: str) -> bool:
+    """Whether some read of the stage moves along memory with `axis_name`: its last index
+    uses the axis (`j`, or `j + rq` in a convolution's window)."""
+    from ..ir.expr import Load, Var
+    from ..ir.visit import walk
+
+    return any(isinstance(e, Load) and e.indices and
+               any(isinstance(x, Var) and x.name == axis_name for x in walk(e.indices[-1]))
+               for e in walk(st.op.body))
+
+
+def _minmax(st) -> bool:
+    from ..te.reduce import combiner_name
+
+    return combiner_name(st.op) in ("max", "min")
+
+
+def _inline_odds(s: Schedule, st) -> float:
+    """How often a producer is inlined into its readers: usually; less often when that
+    would recompute a transcendental (softmax's exponentials, read twice) or put a
+    bounds test into a reduction's inner loop (a convolution's padded input)."""
+    from ..ir.expr import Call, Select
+    from ..ir.visit import walk
+
+    body = list(walk(st.op.body))
+    readers = [r for r in s.stages if any(t is st.op.output
+                                          for t in getattr(r.op, "input_tensors", ()))]
+    if any(isinstance(x, Select) for x in body) and any(r.op.reduce_axis for r in readers):
+        return 0.25
+    if any(isinstance(x, Call) for x in body):
+        return 0.3
+    return 0.7
+
+
+def sample(outputs, target, rng: random.Random) -> Schedule:
+    """One candidate schedule (see the module), every primitive checked as applied."""
+    outs = _outputs(outputs)
+    tgt = _target(target)
+    s = create_schedule(outs)
+    lanes = tgt.vector_lanes(str(outs[0].dtype))
+    for st in list(s.stages):                       # producers: inline, or placed later
+        if not _is_output(s, st) and not st.op.reduce_axis and not st.op.is_recurrence \
+                and rng.random() < _inline_odds(s, st):
+            _try(st, "compute_inline")
+    placed = []
+    # row statistics computed per row of the output (softmax, layer norm): those stages
+    # get no parallel loop of their own (they will run inside the output's)
+    per_row = _row_stages(s) if rng.random() < 0.6 else []
+    for st in reversed(list(s.stages)):
+        if st.inlined or st not in s.stages:
+            continue
+        spatial = list(st.op.axis)
+        red = list(st.op.reduce_axis)
+        wide = len(spatial) >= 2 and (_extent(spatial[-1]) or 0) >= lanes and \
+            _reads_along(st, spatial[-1].var.name)
+        along = red and _reads_along(st, red[-1].var.name)
+        chan = _channel_axis(s, st, lanes) if red and len(spatial) >= 2 else None
+        if st.op.is_recurrence and len(spatial) >= 2 and rng.random() < 0.4:
+            _wavefront(st, rng)
+        elif red and (wide or chan) and rng.random() < 0.75:
+            if chan is not None and rng.random() < _channel_odds(st, lanes, wide):
+                _channel_tile(s, st, tgt, lanes, rng, *chan)
+            else:
+                _register_tile(s, st, tgt, lanes, rng)
+        elif red and (along and rng.random() < (0.3 if _minmax(st) else 0.8) or
+                      rng.random() < 0.3):
+            # (a max or min along memory is vectorised by LLVM itself, with several
+            # accumulators: a rfactor keeps one, its NaN-propagating steps a chain)
+            _vector_partials(s, st, lanes, rng, parallel=st not in per_row)
+        else:
+            _tile_vector(s, st, lanes, rng, parallel=st not in per_row)
+        if not _is_output(s, st) and rng.random() < 0.5:
+            placed.append(st)
+    if per_row:
+        _rows(s, per_row)
+    for st in placed:                               # a producer at a loop of its reader
+        if st.inlined or st.state.attach is not None:
+            continue
+        readers = [r for r in s.stages if r is not st and not r.inlined and
+                   any(t is st.op.output for t in getattr(r.op, "input_tensors", ()))]
+        if readers:
+            r = rng.choice(readers)
+            # a loop of the reader outside its reduction: placed inside it, the producer
+            # runs between a register tile's updates (a conv's padded input at `rc`, inside
+            # its 12 x 2-vector tile: 18 ms against 0.85 at the tile's loops, 2-core Xeon)
+            loops = []
+            for lp, over in zip(r.state.loops, _reduction_loops(r)):
+                if over:
+                    break
+                if lp.kind is not LoopKind.VECTORIZED:
+                    loops.append(lp.name)
+            if loops:
+                _try(st, "compute_at", r, rng.choice(loops[:3]))
+    return s
+
+
+def _lowers(s: Schedule) -> bool:
+    """Whether the candidate lowers to a loop nest (a few legal combinations are not
+    implemented by the code generator; they are dropped, never measured)."""
+    from .lower import lower
+
+    try:
+        lower(s, [*s.placeholders, *s.outputs])
+        return True
+    except (NotImplementedError, TensorlangError) as e:
+        debug_print(2, f"auto_schedule: candidate dropped: {str(e).splitlines()[0]}")
+        return False
+
+
+def _row_stages(s: Schedule) -> list:
+    """The stages `_rows` would place at the output's row loop: not the output, not
+    inlined, with the output's leading extents."""
+    out = s[s.outputs[0]]
+    if len(out.op.axis) < 2:
+        return []
+    lead = [_extent(a) for a in out.op.axis[:-1]]
+    return [st for st in s.stages if st is not out and not st.inlined and st.op.axis and
+            [_extent(a) for a in st.op.axis[:len(lead)]] == lead]
+
+
+def _rows(s: Schedule, stages: list) -> None:
+    """Row statistics at the output's row loop (softmax, layer norm): `stages` (from
+    `_row_stages`) are computed inside the output's first loop, readers first, so each
+    row is read from memory once."""
+    out = s[s.outputs[0]]
+    if not out.state.loops:
+        return
+    row = out.state.loops[0].name
+    if row != out.op.axis[0].var.name and not row.startswith(out.op.axis[0].var.name + "."):
+        return           # the row loop was fused with another: its rows are not whole
+    for st in reversed(stages):
+        if not st.inlined and st.state.attach is None:
+            _try(st, "compute_at", out, row)
+
+
+def _reduction_loops(st) -> list[bool]:
+    """Per loop of the stage, whether it moves with a reduce axis (isl: that output of the
+    stage's schedule map involves the reduce dimensions of its space)."""
+    state = st.state
+    m = state.sched
+    n_out, n_in = m.dim(isl.dim_type.out), m.dim(isl.dim_type.in_)
+    red = n_in - state.n_spatial
+    return [red > 0 and m.project_out(isl.dim_type.out, d + 1, n_out - d - 1)
+            .project_out(isl.dim_type.out, 0, d)
+            .involves_dims(isl.dim_type.in_, state.n_spatial, red) for d in range(n_out)]
+
+
+def _parallel_outer(st, rng: random.Random) -> None:
+    """The outermost loops fused and parallel; a loop that carries a dependence is refused
+    (isl's witness) and the next one is tried."""
+    from ..polyhedral.transform import loop_extent_bound
+
+    red = _reduction_loops(st)
+    # a leading loop of one iteration (a batch of 1) is fused into the next: parallel, it
+    # would run everything on one core (a conv's padded input, `parallel("a")`: serial)
+    while len(st.state.loops) >= 2 and not any(red[:2]) and \
+            loop_extent_bound(st.state, 0) == 1 and \
+            all(lp.kind is LoopKind.SERIAL for lp in st.state.loops[:2]):
+        if _try(st, "fuse", st.state.loops[0].name, st.state.loops[1].name) is None:
+            break
+        red = _reduction_loops(st)
+    loops = [lp.name for lp in st.state.loops]
+    if len(loops) >= 2 and rng.random() < 0.5 and not any(red[:2]) and \
+            all(lp.kind is LoopKind.SERIAL for lp in st.state.loops[:2]):
+        f = _try(st, "fuse", loops[0], loops[1])
+        if f is not None and _try(st, "parallel", f) is not None:
+            return
+    for name, over in list(zip(loops, red))[:2]:
+        if over:
+            return                          # a reduction loop: rfactor first, not parallel
+        if _try(st, "parallel", name) is not None or \
+                name not in [lp.name for lp in st.state.loops]:
+            return
+
+
+def _wavefront(st, rng: random.Random) -> None:
+    """A recurrence whose last two axes both carry dependences (u[i, j] from u[i - 1, j]
+    and u[i, j - 1]): tiles of them, the column-tile loop skewed by the row-tile loop and
+    moved outside it, so the tiles of one anti-diagonal are independent and run in
+    parallel (isl checks each step; a recurrence that does not allow it keeps the steps
+    that were accepted, or falls back to parallel outer loops)."""
+    axes = [a.var.name for a in st.op.axis]
+    i, j = axes[-2], axes[-1]
+    tiled = _try(st, "tile", i, j, rng.choice([16, 32, 64]), rng.choice([16, 32, 64, 128]))
+    if tiled is None:
+        _parallel_outer(st, rng)
+        return
+    io, jo = f"{i}.outer", f"{j}.outer"
+    if _try(st, "skew", io, jo, factor=1) is None or \
+            _try(st, "reorder", *axes[:-2], jo, io) is None or \
+            _try(st, "parallel", io) is None:
+        _parallel_outer(st, rng)
+
+
+def _tile_vector(s: Schedule, st, lanes: int, rng: random.Random,
+                 parallel: bool = True) -> None:
+    spatial = [a.var.name for a in st.op.axis]
+    red = [a.var.name for a in st.op.reduce_axis]
+    if not spatial:
+        return
+    j = spatial[-1]
+    ext = _extent(st.op.axis[-1])
+    if ext is not None and ext >= lanes and rng.random() < 0.9:
+        u = rng.choice([1, 1, 2, 4])
+        jo, ji = (_try(st, "split", j, factor=lanes * u) or (None, None))
+        if ji is not None:
+            vec = ji
+            if u > 1:
+                jm, vec = (_try(st, "split", ji, factor=lanes) or (None, None))
+            inner = [x for x in (f"{j}.inner.outer",) if u > 1]
+            if len(spatial) >= 2 and rng.random() < 0.5:
+                i = spatial[-2]
+                ti = rng.choice([2, 4, 8, 16, 32])
+                if _try(st, "split", i, factor=ti) is not None:
+                    order = spatial[:-2] + [f"{i}.outer", f"{j}.outer", *red,
+                                            f"{i}.inner", *inner, vec.name if vec else ""]
+                    _try(st, "reorder", *[x for x in order if x])
+                    if ti <= 8 and rng.random() < 0.5:
+                        _try(st, "unroll", f"{i}.inner")
+            elif red:
+                _try(st, "reorder", *spatial[:-1], f"{j}.outer", *red, *inner,
+                     vec.name if vec else f"{j}.inner")
+            if vec is not None:
+                _try(st, "vectorize", vec)
+            if inner and rng.random() < 0.5:
+                _try(st, "unroll", inner[0])
+    if parallel:
+        _parallel_outer(st, rng)
+
+
+def _vector_partials(s: Schedule, st, lanes: int, rng: random.Random,
+                     parallel: bool = True) -> None:
+    """A reduction along memory: its last reduce loop split by the lanes and rfactored,
+    the partial sums accumulating in a vector."""
+    red = st.op.reduce_axis
+    ext = _extent(red[-1])
+    if ext is None or ext < 2 * lanes or not _reads_along(st, red[-1].var.name):
+        _tile_vector(s, st, lanes, rng, parallel)
+        return
+    ko, ki = (_try(st, "split", red[-1], factor=lanes) or (None, None))
+    if ki is None:
+        return
+    rf = _try(s, "rfactor", st.op.output, ki)
+    if rf is None:
+        if parallel:
+            _parallel_outer(st, rng)
+        return
+    rst = s[rf]
+    kk, *rest = [a.var.name for a in rst.op.axis]
+    _try(rst, "reorder", *rest, *[a.var.name for a in rst.op.reduce_axis], kk)
+    _try(rst, "vectorize", kk)
+    main = s[st.op.output]
+    if main.op.axis and rng.random() < 0.8:   # the partials per output element
+        _try(rst, "compute_at", main, main.op.axis[-1].var.name)
+    if parallel:
+        _parallel_outer(main, rng)
+
+
+def _register_tile(s: Schedule, st, tgt, lanes: int, rng: random.Random) -> None:
+    """A register tile (TVM's and the executor's matmul structure) with sampled sizes."""
+    out = st.op.output
+    regs = tgt.vector_registers
+    n = _extent(st.op.axis[-1]) or lanes
+    nv = rng.choice([v for v in (1, 2, 3, 4) if v <= max(1, regs // 8) and
+                     (v - 1) * lanes < n] or [1])       # no vector wholly past the axis
+    # rows up to what the registers hold: one vector wide, a convolution's channel block
+    # takes 28 output columns (TVM's conv2d_NCHWc tile, the executor's)
+    mr = rng.choice([r for r in (1, 2, 3, 4, 6, 8, 12, 14, 16, 24, 28)
+                     if r * nv + nv + 2 <= regs] or [1])
+    if rng.random() < 0.4 and n > nv * lanes:
+        from ..ir.expr import Load, Var
+        from ..ir.visit import walk
+
+        j = st.op.axis[-1].var.name
+        for e in walk(st.op.body):
+            if isinstance(e, Load) and e.indices and isinstance(e.indices[-1], Var) and \
+                    e.indices[-1].name == j and hasattr(e.buffer, "op") and \
+                    any(e.buffer is p for p in s.placeholders):
+                _try(s, "pack", e.buffer, len(e.buffer.shape) - 1, nv * lanes, [st])
+                break
+    local = _try(s, "cache_write", out, "local")
+    if local is None:
+        _tile_vector(s, st, lanes, rng)
+        return
+    cs = s[out]
+    axes = [a.var.name for a in cs.op.axis]
+    row = rng.choice(axes[:-1]) if rng.random() < 0.5 else axes[-2]  # conv: channels
+    tiled = _try(cs, "tile", row, axes[-1], mr, nv * lanes)
+    if tiled is None:
+        _parallel_outer(cs, rng)
+        return
+    io, jo, ii, ji = tiled
+    jio, jii = (_try(cs, "split", ji, factor=lanes) or (None, None))
+    if jii is not None:
+        _try(cs, "vectorize", jii)
+    lt = s[local]
+    k_row = axes.index(row)
+    if row != axes[-2]:        # the tile's row loop after the other spatial loops
+        rest = [x for x in axes[:-1] if x != row]
+        _try(cs, "reorder", *rest[:k_row], f"{row}.outer", *rest[k_row:],
+             f"{axes[-1]}.outer", f"{row}.inner", f"{axes[-1]}.inner.outer",
+             f"{axes[-1]}.inner.inner")
+    if _try(lt, "compute_at", cs, jo) is not None:
+        lax = [a.var.name for a in lt.op.axis]
+        li, lj = lax[k_row], lax[-1]
+        lb = [x for x in lax[:-1] if x != li]
+        lk = [a.var.name for a in lt.op.reduce_axis]
+        parts = _try(lt, "split", lj, factor=lanes)
+        if parts is not None:
+            _try(lt, "reorder", *lb, *lk, li, f"{lj}.outer", f"{lj}.inner")
+            _try(lt, "unroll", li)
+            _try(lt, "unroll", f"{lj}.outer")
+            _try(lt, "vectorize", f"{lj}.inner")
+    _parallel_outer(cs, rng)
+
+
+def _channel_axis(s: Schedule, st, lanes: int):
+    """(axis, input, dimension) for a channel-blocked register tile of a reduction: a
+    spatial axis other than the last, at least a vector long, that indexes an input
+    directly (a convolution's output channel `o` in its weights `W[o, c, p, q]`) in a
+    read that does not move with the last axis (so one vector of that input serves every
+    column of the tile), where the last axis has columns (at least 4) that some read
+    moves with; None when there is none (a row sum kept as [n, 1]: transposing its input
+    to vectorise along the rows cost 4x)."""
+    from ..ir.expr import Load, Var
+    from ..ir.visit import walk
+
+    axes = [a.var.name for a in st.op.axis]
+    if len(axes) < 2 or (_extent(st.op.axis[-1]) or 0) < 4 or not any(
+            isinstance(e, Load) and any(isinstance(x, Var) and x.name == axes[-1]
+                                        for i in e.indices for x in walk(i))
+            for e in walk(st.op.body)):
+        return None           # no columns whose reads a vector of the channel axis shares
+    for ax in st.op.axis[:-1]:
+        if (_extent(ax) or 0) < lanes:
+            continue
+        for e in walk(st.op.body):
+            if not (isinstance(e, Load) and any(e.buffer is p for p in s.placeholders)):
+                continue
+            used = {x.name for i in e.indices for x in walk(i) if isinstance(x, Var)}
+            if axes[-1] in used:
+                continue
+            for d, i in enumerate(e.indices[:-1]):
+                if isinstance(i, Var) and i.name == ax.var.name:
+                    return ax.var.name, e.buffer, d
+    return None
+
+
+def _channel_odds(st, lanes: int, wide: bool) -> float:
+    """How often a reduction with a channel axis gets the channel-blocked tile rather than
+    rows of vectors along its last axis: mostly when that axis is narrower than a vector
+    or read through a window (`j + rq`: a convolution, whose output columns are a poor
+    vector axis: 28 = 16 + 12 lanes, 7 = a part of one); rarely otherwise (a matmul,
+    whose rows of B are the natural vectors)."""
+    from ..ir.expr import Load, Var
+    from ..ir.visit import walk
+
+    if not wide:
+        return 1.0
+    j = st.op.axis[-1].var.name
+    red = {a.var.name for a in st.op.reduce_axis}
+    for e in walk(st.op.body):
+        if isinstance(e, Load) and e.indices:
+            used = {x.name for x in walk(e.indices[-1]) if isinstance(x, Var)}
+            if j in used and used & red:
+                return 0.6
+    return 0.15
+
+
+def _channel_tile(s: Schedule, st, tgt, lanes: int, rng: random.Random,
+                  v: str, src, dim: int) -> None:
+    """A channel-blocked register tile (TVM's conv2d_NCHWc schedule on the declared
+    program): `src` packed along `dim` in vectors of the axis `v`, the result computed in
+    a local tile laid out with `v` last (`reorder_storage`), whose rn columns of the last
+    axis are unrolled, each a vector of `v` accumulating over the reduction — every step
+    one vector load of `src` and a broadcast per column. The tile is written out a vector
+    of `v` at a time."""
+    out = st.op.output
+    axes = [a.var.name for a in st.op.axis]
+    j = axes[-1]
+    nj = _extent(st.op.axis[-1]) or 1
+    regs = tgt.vector_registers
+    # columns: mostly a divisor of the width up to half the registers (a partial tile, or
+    # more columns, spill: the executor's `conv_columns`), sometimes any count that fits
+    fits = [r for r in range(4, regs // 2 + 1) if nj % r == 0]
+    rn = rng.choice(fits if fits and rng.random() < 0.7 else
+                    [r for r in (4, 6, 7, 8, 12, 14, 16, 24, 28) if r + 2 <= regs and r <= nj]
+                    or [max(1, min(nj, regs - 2))])
+    packed = _try(s, "pack", src, dim, lanes, [st])
+    if packed is not None:
+        _try(s[packed], "vectorize", "ax_i")
+    local = _try(s, "cache_write", out, "local")
+    if local is None:
+        _tile_vector(s, st, lanes, rng)
+        return
+    local = _try(s[local], "reorder_storage", *[x for x in axes if x != v], v) or local
+    cs = s[out]
+    if _try(cs, "tile", v, j, lanes, rn) is None:
+        _parallel_outer(cs, rng)
+        return
+    k = axes.index(v)
+    pre, mid = axes[:k], [x for x in axes[k + 1:-1]]
+    _try(cs, "reorder", *pre, f"{v}.outer", *mid, f"{j}.outer", f"{j}.inner", f"{v}.inner")
+    _try(cs, "vectorize", f"{v}.inner")
+    lt = s[local]
+    if _try(lt, "compute_at", cs, f"{j}.outer") is not None:
+        red = [a.var.name for a in lt.op.reduce_axis]
+        _try(lt, "reorder", *[x for x in axes if x not in (v, j)], *red, j, v)
+        _try(lt, "unroll", j)
+        _try(lt, "vectorize", v)
+    outer = [*pre, f"{v}.outer", *mid]
+    if len(outer) >= 2 and rng.random() < 0.7:
+        f = _try(cs, "fuse", *outer)
+        if f is not None and _try(cs, "parallel", f) is not None:
+            return
+    _parallel_outer(cs, rng)
+
+
+# ----------------------------------------------------------------------------- the model
