@@ -364,7 +364,7 @@ class IndexCheck(Expr):
 
 
 MATH_FUNCTIONS = ("exp", "log", "sqrt", "tanh", "erf", "pow", "floor", "ceil", "fabs", "sin",
-                  "cos", "isnan")
+                  "cos", "isnan", "fmax", "fmin")
 
 
 # ---------------------------------------------------------------- structural comparison

@@ -27,7 +27,8 @@ from __future__ import annotations
 from ..errors import ScheduleError
 from .dtype import as_dtype
 from .expr import (
-    EQ, LT, Add, And, Const, Expr, Load, Max, Min, Mul, Var, binary, compare, const, logical,
+    EQ, LT, Add, And, Call, Const, Expr, Load, Max, Min, Mul, Var, binary, compare, const,
+    logical,
 )
 from .stmt import Allocate, Barrier, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store, seq
 from .visit import free_vars, map_expr, map_stmt, substitute, walk_stmt
@@ -36,6 +37,30 @@ INT64 = as_dtype("int64")
 WARP = 32
 
 _COMBINE = (Add, Mul, Max, Min)
+
+
+class _NanIgnoring:
+    """The combining operation of tl.nanmax / tl.nanmin (a Call of fmax / fmin)."""
+
+    name = ""
+
+
+class _FMax(_NanIgnoring):
+    name = "fmax"
+
+
+class _FMin(_NanIgnoring):
+    name = "fmin"
+
+
+def _op_of(v: Expr):
+    """The reduction operation of an update's value (Add, Mul, Max, Min, _FMax, _FMin) and
+    its two operands, or (None, ())."""
+    if type(v) in _COMBINE:
+        return type(v), (v.a, v.b)
+    if isinstance(v, Call) and v.name in ("fmax", "fmin") and len(v.args) == 2:
+        return (_FMax if v.name == "fmax" else _FMin), v.args
+    return None, ()
 
 
 def has_gpu_loops(s: Stmt) -> bool:
@@ -182,6 +207,10 @@ def _and(a: Expr | None, b: Expr | None) -> Expr | None:
 
 # ----------------------------------------------------------- reductions across threads
 def _identity(op: type, dtype) -> Const:
+    if issubclass(op, _NanIgnoring):      # fmax(NaN, x) = x: all NaN stays NaN (nanmax)
+        if dtype.is_float:
+            return const(float("nan"), dtype)
+        return const(dtype.min_value() if op is _FMax else dtype.max_value(), dtype)
     if op is Add:
         return const(0, dtype)
     if op is Mul:
@@ -192,6 +221,8 @@ def _identity(op: type, dtype) -> Const:
 
 
 def _combine(op: type, a: Expr, b: Expr) -> Expr:
+    if issubclass(op, _NanIgnoring):
+        return Call(op.name, (a, b), a.dtype)
     return binary(op, a, b)
 
 
@@ -225,16 +256,17 @@ def _accumulator(loop: For) -> tuple[Buffer, tuple[Expr, ...], type] | None:
                 "outputs inside a reduction across threads); bind the reduction to the "
                 "innermost loop that updates one element")
         v = st.value
-        ok = type(v) in _COMBINE and any(
+        op, operands = _op_of(v)
+        ok = op is not None and any(
             isinstance(x, Load) and x.buffer is st.buffer and
             all(str(p) == str(q) for p, q in zip(x.indices, st.indices))
-            for x in (v.a, v.b))
+            for x in operands)
         if not ok:
             raise NotImplementedError(
                 f"gpu: {st.buffer.name} is updated by every thread of {loop.var.name} "
                 f"({loop.thread_tag}) with {type(v).__name__}; a reduction across threads "
                 "supports sum, product, max and min")
-        key = (st.buffer, tuple(str(i) for i in st.indices), type(v))
+        key = (st.buffer, tuple(str(i) for i in st.indices), op)
         if found is not None and (found[0] is not key[0] or found[1] != key[1] or
                                   found[2] is not key[2]):
             raise NotImplementedError(

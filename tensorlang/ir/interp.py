@@ -31,7 +31,7 @@ _CMP = {LT: np.less, LE: np.less_equal, GT: np.greater, GE: np.greater_equal, EQ
         NE: np.not_equal}
 _CALLS = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "sin": np.sin, "cos": np.cos,
           "tanh": np.tanh, "floor": np.floor, "ceil": np.ceil, "fabs": np.abs, "pow": np.power,
-          "isnan": np.isnan}
+          "isnan": np.isnan, "fmax": np.fmax, "fmin": np.fmin}
 
 
 def ieee_minmax(a, b, smaller: bool):

@@ -60,7 +60,7 @@ BYTES_PER_CYCLE = (64, 10)   # into L1 from L2, into L2 from L3 (per core, as me
 DRAM_BYTES_PER_S = 25e9   # the whole machine
 FORK_S = 0.5e-6           # one launch of a parallel loop, its workers spinning (in a loop)
 CALL_COST = {"exp": 16, "log": 20, "tanh": 30, "erf": 30, "sigmoid": 20, "sqrt": 6,
-             "rsqrt": 6, "pow": 40, "sin": 30, "cos": 30}
+             "rsqrt": 6, "pow": 40, "sin": 30, "cos": 30, "fmax": 1, "fmin": 1}
 MASKED_CYCLES = 10        # a masked vector load or store (a row's partial last vector)
 CONFLICT_CYCLES = 20      # a lane of a vector store whose lanes are 4 KiB apart (L1 sets)
 OOO_WINDOW = 256          # instructions the core looks ahead (out-of-order window)

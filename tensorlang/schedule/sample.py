@@ -74,7 +74,7 @@ def _reads_along(st, axis_name: str) -> bool:
 def _minmax(st) -> bool:
     from ..te.reduce import combiner_name
 
-    return combiner_name(st.op) in ("max", "min")
+    return combiner_name(st.op) in ("max", "min", "nanmax", "nanmin")
 
 
 def _inline_odds(s: Schedule, st) -> float:

@@ -138,6 +138,25 @@ min = _builtin("min", lambda x, y: binary(Min, x, y),  # noqa: A001
                lambda t: const(t.max_value(), t))
 
 
+def _nan_or(bound: str):
+    # NaN is fmax's identity (fmax(NaN, x) = x): a reduction over NaN only stays NaN, as
+    # numpy's nanmax; integers have no NaN and reduce as max/min
+    return lambda t: const(float("nan"), t) if t.is_float else const(getattr(t, bound)(), t)
+
+
+def _fcall(name: str):
+    from .intrin import fmax as _fmax, fmin as _fmin
+    return _fmax if name == "nanmax" else _fmin
+
+
+nanmax = _builtin("nanmax", lambda x, y: _fcall("nanmax")(x, y), _nan_or("min_value"))
+nanmax.__doc__ = ("tl.nanmax(expr, axis, where=None): the maximum ignoring NaN, as numpy's "
+                  "nanmax (NaN where every value is NaN); one vmaxps per vector on x86, "
+                  "where max's NaN and signed-zero rules cost a compare and blends")
+nanmin = _builtin("nanmin", lambda x, y: _fcall("nanmin")(x, y), _nan_or("max_value"))
+nanmin.__doc__ = "tl.nanmin(expr, axis, where=None): the minimum ignoring NaN (see nanmax)."
+
+
 def _arg_reducer(name: str, better):
     def reducer(expr, axis, where=None, dtype="int32") -> Reduce:
         who = name
@@ -173,5 +192,5 @@ def _arg_reducer(name: str, better):
 argmax = _arg_reducer("argmax", lambda a, b: a > b)
 argmin = _arg_reducer("argmin", lambda a, b: a < b)
 
-__all__ = ["CommReducer", "Reduce", "comm_reducer", "sum", "prod", "max", "min", "argmax",
-           "argmin"]
+__all__ = ["CommReducer", "Reduce", "comm_reducer", "sum", "prod", "max", "min", "nanmax",
+           "nanmin", "argmax", "argmin"]

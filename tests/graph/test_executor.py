@@ -240,6 +240,35 @@ def test_softmax_schedule_is_vectorised_and_not_refused(shape, axis, log, monkey
     assert "was refused" not in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("shape", [(5, 7), (33, 100), (6, 1024), (3, 17)])
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_rows_with_nan_inf_and_zeros_match_numpy(shape, log):
+    """Softmax's row maximum ignores NaN (nanmax: one vmaxps a vector; it only shifts the
+    exponents): rows with NaN, +-inf, +-0 and huge values, a row all NaN and one all -inf
+    give numpy's results, NaN exactly where numpy's are; the kernel has no llvm.maximum."""
+    rng = np.random.default_rng(len(shape) + shape[1])
+    xv = (rng.standard_normal(shape) * 5).astype("f4")
+    specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e30, -1e30], "f4")
+    for r in range(0, shape[0], 2):
+        xv[r, rng.integers(0, shape[1], 3)] = rng.choice(specials, 3)
+    xv[1, :] = np.nan
+    xv[2, :] = -np.inf
+    x = G.Variable("x", shape, "float32")
+    ex = G.Executor([G.log_softmax(x, axis=-1) if log else G.softmax(x, axis=-1)])
+    (got,) = ex.run({x: xv})
+    xd = xv.astype("f8")
+    with np.errstate(invalid="ignore"):
+        m = xd.max(1, keepdims=True)
+        e = np.exp(xd - m)
+        want = xd - m - np.log(e.sum(1, keepdims=True)) if log else e / e.sum(1, keepdims=True)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    (step,) = ex._last.steps
+    source = step.kernel.get_source("ll") if step.pointers is None else \
+        step.kernel.kernel.llvm_ir                 # optimised: maxnum or vector.reduce.fmax
+    assert ("llvm.maxnum" in source or "reduce.fmax" in source) and "maximum" not in source
+
+
 @pytest.mark.parametrize("shape,axis", [((1,), None), ((7,), 0), ((3, 40), 1), ((40, 3), 0),
                                         ((33, 70), 0), ((5, 6, 40), (0, 2)), ((64, 256), -1),
                                         ((4, 9, 17), 1)])

@@ -122,3 +122,18 @@ def test_gpu_matmul_tiles_fill_the_gpu():
         blocks = -(-m // block[0]) * -(-n // block[1])
         assert blocks >= GPU_MIN_BLOCKS or thread == (1, 1)
         assert block[0] % thread[0] == 0 and block[1] % thread[1] == 0
+
+
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_rows_with_nan_and_inf_across_gpu_threads(simulated, log):
+    """The row maximum (nanmax: fmax across the threads of a block, NaN its identity) with
+    NaN, +-inf and a row all NaN: the CPU executor's results, NaN in the same places."""
+    xv = (R.standard_normal((5, 70)) * 4).astype("float32")
+    xv[0, 3], xv[2, 10], xv[2, 11], xv[4, 69] = np.nan, np.inf, -np.inf, -np.inf
+    xv[3, :] = np.nan
+    x = G.Variable("x", xv.shape)
+    node = G.log_softmax(x) if log else G.softmax(x)
+    (want,) = G.Executor([node]).run({x: xv})
+    (got,) = G.Executor([node], target="cuda").run({x: xv})
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

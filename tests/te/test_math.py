@@ -104,3 +104,42 @@ def test_if_then_else_promotes_arms_and_const(rng):
     c = np.zeros(6)
     f(a, c)
     np.testing.assert_array_equal(c, np.where(a > 0, a, 0.5))
+
+
+SPECIALS = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 1e-45, -3e38],
+                    "float32")
+
+
+@pytest.mark.parametrize("dtype", ("float32", "float64"))
+def test_fmax_fmin_ignore_nan_as_numpy(dtype, rng, cpu_target):
+    """tl.fmax / tl.fmin: the other operand where one is NaN, NaN where both are — numpy's
+    fmax / fmin — on every pair of special values, as vectors and as a scalar tail."""
+    a0, b0 = (x.ravel() for x in np.meshgrid(SPECIALS, SPECIALS))
+    n = len(a0) + 13
+    A = tl.placeholder((n,), dtype, name="A")
+    B = tl.placeholder((n,), dtype, name="B")
+    C = tl.compute((n,), lambda i: tl.fmax(A[i], B[i]), name="C")
+    D = tl.compute((n,), lambda i: tl.fmin(A[i], B[i]), name="D")
+    s = tl.create_schedule([C, D])
+    for t in (C, D):
+        s[t].vectorize(s[t].split(t.op.axis[0], factor=8)[1])
+    f = tl.build(s, [A, B, C, D], target=cpu_target)
+    a = np.concatenate([a0, random_array(rng, 13, "float32")]).astype(dtype)
+    b = np.concatenate([b0, random_array(rng, 13, "float32")]).astype(dtype)
+    c, d = np.zeros(n, dtype), np.zeros(n, dtype)
+    f(a, b, c, d)
+    for got, want in ((c, np.fmax(a, b)), (d, np.fmin(a, b))):
+        zero = want == 0                 # which zero is unspecified, as in C's fmax
+        np.testing.assert_array_equal(got[~zero], want[~zero])
+        assert (got[zero] == 0).all()
+    assert "maxnum" in f.get_source("ll") and "llvm.maximum" not in f.get_source("ll")
+
+
+def test_fmax_of_integers_is_max():
+    A = tl.placeholder((4,), "int32", name="A")
+    C = tl.compute((4,), lambda i: tl.fmax(A[i], 2) + tl.fmin(A[i], 1), name="C")
+    f = build(C, [A, C])
+    a = np.array([-3, 1, 2, 7], "int32")
+    c = np.zeros(4, "int32")
+    f(a, c)
+    np.testing.assert_array_equal(c, np.maximum(a, 2) + np.minimum(a, 1))

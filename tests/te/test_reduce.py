@@ -188,3 +188,30 @@ def test_matmul_with_empty_inner_dimension_is_zero():
     c = np.full((3, 3), 7.0, "float32")
     f(np.zeros((3, 0), "float32"), np.zeros((0, 3), "float32"), c)
     np.testing.assert_array_equal(c, np.zeros((3, 3)))
+
+
+@pytest.mark.parametrize("dtype", ("float32", "float64", "int32"))
+@pytest.mark.parametrize("which", ("nanmax", "nanmin"))
+def test_nanmax_nanmin_ignore_nan_as_numpy(which, dtype, rng):
+    """tl.nanmax / tl.nanmin: NaN ignored, NaN where every value is NaN (numpy's nanmax /
+    nanmin), integers as max / min; rows of 1, 13 and 300 (LLVM vectorises the long ones)."""
+    import warnings
+
+    red, ref = getattr(tl, which), getattr(np, which)
+    n, m = tl.var("n"), tl.var("m")
+    A = tl.placeholder((n, m), dtype, name="A")
+    k = tl.reduce_axis((0, m), name="k")
+    C = tl.compute((n,), lambda i: red(A[i, k], axis=k), name="C")
+    f = build(C, [A, C])
+    for cols in SIZES:
+        a = random_array(rng, (5, cols), dtype)
+        if dtype != "int32":
+            a[0, cols // 2] = np.nan
+            a[1, :] = np.nan
+            a[2, 0] = np.inf if which == "nanmax" else -np.inf
+            a[3, -1] = np.nan
+        c = np.zeros(5, dtype)
+        f(a, c)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)     # the all-NaN row
+            np.testing.assert_array_equal(c, ref(a, axis=1).astype(dtype))

@@ -58,6 +58,7 @@ _ICMP = {LT: "<", LE: "<=", GT: ">", GE: ">=", EQ: "==", NE: "!="}
 _FCMP = {LT: "olt", LE: "ole", GT: "ogt", GE: "oge", EQ: "oeq", NE: "une"}
 _INTRINSICS = {"exp", "log", "sqrt", "sin", "cos", "floor", "ceil", "fabs", "pow", "tanh"}
 _LIBM = {"erf": ("erff", "erf")}
+_NAN_IGNORING = {"fmax": "maxnum", "fmin": "minnum"}
 INLINE_F32 = {"exp": exp_f32, "log": log_f32, "tanh": tanh_f32, "erf": erf_f32}  # vmath.py
 
 
@@ -311,6 +312,8 @@ class FunctionCodegen(ArithCodegen):
         if e.name in INLINE_F32 and isinstance(scalar_t, ir.FloatType):
             # inline: vectorises, no libm call per lane
             out = INLINE_F32[e.name](b, args[0], self._declare, fast=self.fast)
+        elif e.name in _NAN_IGNORING:      # maxnum: NaN ignored, one vmaxps on x86
+            out = b.call(self._intrinsic(_NAN_IGNORING[e.name], t, 2), args)
         elif e.name in _INTRINSICS:
             out = b.call(self._intrinsic(e.name, t, len(args)), args)
         elif e.name in _LIBM:
