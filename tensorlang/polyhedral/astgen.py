@@ -13,9 +13,10 @@ from dataclasses import dataclass, replace
 import islpy as isl
 
 from ..errors import TensorlangError
-from ..ir.dtype import int64
+from ..ir.dtype import bool_, int64
 from ..ir.expr import (
-    EQ, GE, GT, LE, LT, Add, And, Const, Expr, FloorDiv, FloorMod, Max, Min, Mul, Or, Sub, Var,
+    EQ, GE, GT, LE, LT, NE, Add, And, Const, Expr, FloorDiv, FloorMod, Max, Min, Mul, Or, Sub,
+    Var,
     binary, compare, select,
 )
 from ..ir.simplify import simplify
@@ -156,6 +157,16 @@ _LOGIC = {isl.ast_expr_op_type.and_: And, isl.ast_expr_op_type.and_then: And,
           isl.ast_expr_op_type.or_: Or, isl.ast_expr_op_type.or_else: Or}
 
 
+def _truth(e: Expr) -> Expr:
+    """A condition from isl's AST as a bool expression: isl writes `true` as the integer
+    1 (`x >= y + 1288 || 1` after a fuse), which the code generators cannot `or`."""
+    if e.dtype.is_bool:
+        return e
+    if isinstance(e, Const):
+        return Const(bool(e.value), bool_)
+    return compare(NE, e, Const(0, e.dtype))
+
+
 class _Translator:
     def __init__(self, timed: list[TimedStatement], params: dict[str, Var], locals_=()):
         self.by_name = {t.stmt.name: t for t in timed}
@@ -204,9 +215,9 @@ class _Translator:
         if op in _CMPS:
             return compare(_CMPS[op], args[0], args[1])
         if op in _LOGIC:
-            return _LOGIC[op](args[0], args[1])
+            return _LOGIC[op](_truth(args[0]), _truth(args[1]))
         if op in (isl.ast_expr_op_type.select, isl.ast_expr_op_type.cond):
-            return select(args[0], args[1], args[2])
+            return select(_truth(args[0]), args[1], args[2])
         raise TensorlangError(f"internal: unsupported isl AST operation {op}")
 
     def users(self, node: isl.AstNode) -> list[TimedStatement]:
@@ -358,7 +369,7 @@ class _Translator:
                 else:
                     self.env[it] = saved
         if t == isl.ast_node_type.if_:
-            cond = simplify(self.expr(n.if_get_cond()))
+            cond = simplify(_truth(self.expr(n.if_get_cond())))
             then = self.node(n.if_get_then_node())
             other = self.node(n.if_get_else_node()) if n.if_has_else_node() else None
             return If(cond, then, other)

@@ -459,3 +459,48 @@ def test_the_best_predicted_candidate_of_each_sketch_is_measured_first():
     assert [c.predicted for c in leaders] == [1.0, 2.0, 3.0, 3.5]
     assert auto._sketch(inline[0].trace) == auto._sketch(inline[3].trace) != \
         auto._sketch(root[0].trace)
+
+
+def test_an_isl_condition_true_as_an_integer_compiles():
+    """isl writes `true` as the integer 1 inside a condition (`x >= y + 1288 || 1` after
+    fusing loops): the generated code must take it as a bool. A sampled schedule of the
+    executor's channel-blocked conv2d met it (the LLVM builder refused to `or` an i1 with
+    an i64); the result matches the executor's."""
+    from tensorlang.graph.executor import compile_group, schedule_group
+
+    members = (("conv2d", (("padding", 1), ("stride", 1)), (("in", 0), ("in", 1))),)
+    shapes = ((1, 64, 28, 28), (64, 64, 3, 3))
+    _, ins, out = schedule_group(members, shapes, ("float32", "float32"))
+    s = tl.create_schedule(out)
+    s["wpack"].compute_inline()
+    s["out"].split("j", factor=16)
+    s["out"].vectorize("j.inner")
+    s["out"].fuse("n", "o")
+    s["out"].fuse("n.o.fused", "i")
+    s["out"].parallel("n.o.fused.i.fused")
+    s["conv_blocked"].split("ki", factor=64)
+    s["conv_blocked"].split("ki.inner", factor=16)
+    s["conv_blocked"].split("j", factor=2)
+    s["conv_blocked"].reorder("n", "ko", "i", "j.outer", "ki.outer", "rc", "rp", "rq",
+                              "j.inner", "ki.inner.outer", "ki.inner.inner")
+    s["conv_blocked"].vectorize("ki.inner.inner")
+    s["conv_blocked"].unroll("ki.inner.outer")
+    s["conv_blocked"].fuse("n", "ko")
+    s["conv_blocked"].fuse("n.ko.fused", "i")
+    s["conv_blocked"].parallel("n.ko.fused.i.fused")
+    s["xpad"].split("z", factor=32)
+    s["xpad"].split("z.inner", factor=16)
+    s["xpad"].vectorize("z.inner.inner")
+    s["xpad"].fuse("a", "b")
+    s["xpad"].parallel("a.b.fused")
+    s["conv_blocked"].compute_at("out", "j.outer")
+    s["xpad"].compute_at("conv_blocked", "j.outer")
+    f = tl.build(s, [*ins, out])
+    rng = np.random.default_rng(3)
+    x, w = (rng.standard_normal(sh).astype("float32") for sh in shapes)
+    got = np.zeros((1, 64, 28, 28), "float32")
+    f(x, w, got)
+    mod, _ = compile_group(members, shapes, ("float32", "float32"))
+    want = np.zeros_like(got)
+    mod(x, w, want)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
