@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 
 import islpy as isl
 
-from ..ir.expr import (Add, And, Call, CmpOp, Const, Div, Expr, Load, Max, Min, Mul, Not,
-                       Or, Select, Sub, Var)
+from ..ir.expr import (Add, And, Call, CmpOp, Div, Expr, Load, Max, Min, Mul, Not, Or,
+                       Select, Sub, Var)
 from ..ir.stmt import LoopKind, Store
 from ..ir.visit import walk, walk_stmt
 from ..polyhedral.placement import loop_prefix
@@ -218,8 +218,6 @@ def _arith(body, moving=None) -> tuple[float, Counter]:
                                              if isinstance(v, Var)})
                     if lanes and not along_r:
                         hoisted.update(id(c) for c in walk(e.cond))
-                        if {type(e.true_value), type(e.false_value)} == {Load, Const}:
-                            hoisted.add(id(e))      # a masked load (zeroing): no blend
         for e in walk(x.value):
             if isinstance(e, Load):
                 loads[e.buffer.name] += 1
@@ -332,24 +330,6 @@ class _Stmt:
             at = _first(self.prefix[d].range())
         inst = self.prefix[d].intersect_range(at).domain()
         return m.intersect_domain(inst).range()
-
-    def starts(self, m: isl.Map, r: int) -> int:
-        """The distinct elements that one (the representative) iteration of loop r
-        touches at the first value of the innermost loop: where the block's vectors of
-        an access along the vector loop start."""
-        key = (id(m), r, "starts")
-        if key not in self._feet:
-            n = self.n
-            at = self.prefix[n - 1].range()
-            for k in range(r + 1):
-                at = at.fix_val(isl.dim_type.set, k, isl.Val(str(self.point[k])))
-            if at.is_empty():
-                at = _first(self.prefix[n - 1].range())
-            lo = _ends(at, n - 1)[0]
-            at = at.fix_val(isl.dim_type.set, n - 1, isl.Val(str(lo)))
-            inst = self.prefix[n - 1].intersect_range(at).domain()
-            self._feet[key] = max(1, _val(m.intersect_domain(inst).range().count_val()))
-        return self._feet[key]
 
     def _footprint(self, m: isl.Map, d: int) -> list[int]:
         return _box(self.touched(m, d))
@@ -526,21 +506,14 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None) -> Statem
                 any(w and mm is not m and nm == name for nm, w, _, mm, _ in st.accesses):
             continue                           # the accumulator's read
         vec = _count(box)
-        # vectors along the last axis; a read the vector loop does not move (a
-        # channel-blocked conv's input, one broadcast a column) loads each of its
-        # distinct elements once
-        along = v > 1 and box and box[-1] >= v and (write or bool(_moving(st, m)))
+        along = v > 1 and box and box[-1] >= v           # vectors along the last axis
         if along:
             vec = _count(box[:-1]) * -(-box[-1] // v)
             rows += vec
             if not write:
-                # one load per distinct start of a vector in the block (isl counts the
-                # elements the block touches at the vector loop's first lane): reads at
-                # shifted columns (a stencil's X[i, j + 1], a conv's row j + rq with rq
-                # unrolled) load each shift, not the distinct vectors of their footprint;
-                # a read that does not move with some unrolled loop (a matmul's row of B
-                # across the tile's rows) is loaded once, LLVM reusing it
-                vec = st.starts(m, r)
+                # reads of one tensor at shifted columns (a stencil's X[i, j + 1]): one
+                # load a read a vector, not the distinct vectors of their footprint
+                vec = max(vec, reads[name] * block / v)
         elif v == 1 and autovec > 1 and box:            # LLVM's vectors of loop r
             along = _moving(st, m) == [len(box) - 1]
         width = (v if v > 1 else autovec) * size

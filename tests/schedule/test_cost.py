@@ -431,39 +431,19 @@ def test_a_padding_test_on_vectors_outside_the_channel_loop_is_computed_once():
     assert inlined < 1.3 * padded, (inlined, padded)
 
 
-def _block_loads(s, target, name_part: str) -> int:
-    import re
-
-    (st,) = [c for c in cost.estimate(s, target).statements if name_part in c.name]
-    return int(re.search(r"loads (\d+)", st.block).group(1))
-
-
-def test_a_register_tile_loads_each_distinct_vector_once():
-    """A matmul's 6 x 4-vector register tile (the k loop outside its unrolled rows and
-    vector columns) loads per k step the 4 vectors of B's row, shared by the tile's 6
-    rows, and one broadcast of A per row: 10, not a B vector per row (24 + 6) — isl counts
-    the elements the block touches at the vector loop's first lane."""
-    A, B, C = _matmul(96, 64, 128)
-    s = tl.create_schedule(C)
-    local = s.cache_write(C, "local")
-    io, jo, ii, ji = s[C].tile("i", "j", 6, 64)
-    s[C].vectorize(s[C].split(ji, factor=16)[1])
-    s[local].compute_at(s[C], jo)
-    li, lj = s[local].op.axis
-    (lk,) = s[local].op.reduce_axis
-    ljo, lji = s[local].split(lj, factor=16)
-    s[local].reorder(lk, li, ljo, lji)
-    s[local].unroll(li)
-    s[local].unroll(ljo)
-    s[local].vectorize(lji)
-    assert _block_loads(s, "llvm -mcpu=znver4", "update") == 10
-
-
-def test_shifted_reads_in_a_block_load_each_shift():
-    """A convolution's rows `i + rp`, columns `j + rq` with rp and rq unrolled in the
-    block (3 each: LLVM unrolls such short loops) and the columns in two vectors: 3 x 3 x 2
-    vector loads a step, each shift its own load (off the line boundary: two each), and
-    the weights one broadcast per output channel row and (rp, rq) — the stencil rule,
-    from the same count."""
-    s = _conv(64, 28, True)
-    assert _block_loads(s, "llvm -mcpu=znver4", "update") == 2 * (3 * 3 * 2) + 8 * 3 * 3
+def test_a_nan_ignoring_max_chains_at_the_fma_latency():
+    """A row maximum that ignores NaN (tl.nanmax: one vmaxps a step) is predicted faster
+    than max (NaN and signed-zero rules: a compare and blends each step), same schedule."""
+    def row_max(red):
+        X = tl.placeholder((256, 1024), "float32", name="X")
+        r = tl.reduce_axis((0, 1024), name="r")
+        M = tl.compute((256,), lambda i: red(X[i, r], axis=r), name="M")
+        s = tl.create_schedule(M)
+        _, ri = s[M].split(r, factor=16)
+        rf = s.rfactor(M, ri)
+        kk, *rest = s[rf].op.axis
+        s[rf].reorder(*rest, *s[rf].op.reduce_axis, kk)
+        s[rf].vectorize(kk)
+        s[rf].compute_at(s[M], s[M].op.axis[0])
+        return cost.estimate(s, "llvm -mcpu=znver4").seconds
+    assert row_max(tl.nanmax) < 0.9 * row_max(tl.max)
