@@ -13,6 +13,7 @@ import tensorlang as tl
 from ..config import debug_print, strict
 from ..errors import ScheduleError
 from ..ir.stmt import LoopKind
+from ..te.reduce import MINMAX_COMBINERS
 
 
 def _host() -> tl.Target:
@@ -171,9 +172,6 @@ def _last_index(st) -> object:
     return None
 
 
-MINMAX = ("max", "min", "nanmax", "nanmin")   # left to LLVM's vectoriser (`_vector_reduce`)
-
-
 def _combiner(st) -> str:
     from ..te.reduce import combiner_name
 
@@ -240,7 +238,7 @@ def _vector_reduce(s: tl.Schedule, lanes: int, parallel: bool,
             st.reorder(*spatial[:-1], jo, *red, ji)
             st.vectorize(ji)
         elif red and isinstance(last, Var) and last.name == red[-1].var.name and \
-                int(red[-1].extent.value) >= 2 * lanes and _combiner(st) not in MINMAX:
+                int(red[-1].extent.value) >= 2 * lanes and _combiner(st) not in MINMAX_COMBINERS:
             ko, ki = st.split(red[-1], factor=lanes)
             rf = s.rfactor(t, ki)
             kk, *rest = s[rf].op.axis

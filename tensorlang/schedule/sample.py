@@ -72,9 +72,9 @@ def _reads_along(st, axis_name: str) -> bool:
 
 
 def _minmax(st) -> bool:
-    from ..te.reduce import combiner_name
+    from ..te.reduce import MINMAX_COMBINERS, combiner_name
 
-    return combiner_name(st.op) in ("max", "min", "nanmax", "nanmin")
+    return combiner_name(st.op) in MINMAX_COMBINERS
 
 
 def _inline_odds(s: Schedule, st) -> float:

@@ -11,6 +11,8 @@ from ..ir.expr import (
     Call, Const, Expr, Max, Min, Var, binary, cast, const, select,
 )
 from ..ir.visit import substitute
+from .intrin import fmax as _fmax
+from .intrin import fmin as _fmin
 from .tensor import IterVar, to_expr
 
 
@@ -144,16 +146,14 @@ def _nan_or(bound: str):
     return lambda t: const(float("nan"), t) if t.is_float else const(getattr(t, bound)(), t)
 
 
-def _fcall(name: str):
-    from .intrin import fmax as _fmax, fmin as _fmin
-    return _fmax if name == "nanmax" else _fmin
-
-
-nanmax = _builtin("nanmax", lambda x, y: _fcall("nanmax")(x, y), _nan_or("min_value"))
+nanmax = _builtin("nanmax", _fmax, _nan_or("min_value"))
 nanmax.__doc__ = ("tl.nanmax(expr, axis, where=None): the maximum ignoring NaN, as numpy's "
                   "nanmax (NaN where every value is NaN); one vmaxps per vector on x86, "
                   "where max's NaN and signed-zero rules cost a compare and blends")
-nanmin = _builtin("nanmin", lambda x, y: _fcall("nanmin")(x, y), _nan_or("max_value"))
+nanmin = _builtin("nanmin", _fmin, _nan_or("max_value"))
+# combiners whose reductions LLVM's loop vectoriser takes itself (lane-wise in a register),
+# where a rfactor would make one dependent chain (graph/cpu_schedules, schedule/sample)
+MINMAX_COMBINERS = ("max", "min", "nanmax", "nanmin")
 nanmin.__doc__ = "tl.nanmin(expr, axis, where=None): the minimum ignoring NaN (see nanmax)."
 
 
