@@ -1,7 +1,8 @@
 """An analytic cost model of a schedule: the auto-scheduler's ranking of candidates.
 
 Every count comes from isl, on the statements as placed (compute_at expanded, inlining
-done, the loops of the schedule):
+done, the loops of the schedule; `placed.py` gathers those facts, this module turns them
+into time):
 
 - *trip counts*: the values each loop takes inside one iteration of the loops around it
   (at the first iteration, a full tile);
@@ -44,7 +45,7 @@ from ..ir.expr import (Add, And, Call, CmpOp, Div, Expr, Load, Max, Min, Mul, No
                        Select, Sub, Var)
 from ..ir.stmt import LoopKind, Store
 from ..ir.visit import walk, walk_stmt
-from ..polyhedral.placement import loop_prefix
+from .placed import _Stmt, _box, _val, placed_statements
 
 GHZ = 3.0e9
 FMA_PIPES = 2             # vector arithmetic instructions per cycle
@@ -141,60 +142,6 @@ def _mb(x: int) -> str:
     return f"{x / 1e6:.2f}MB"
 
 
-def _val(v) -> int:
-    return int(v.to_python()) if v.is_int() else 0
-
-
-def _first(s: isl.Set) -> isl.Set:
-    """The set's lexicographically first point, as a set (empty stays empty)."""
-    if s.is_empty():
-        return s
-    return s.lexmin()
-
-
-def _box(s: isl.Set) -> list[int]:
-    """Extents of the set's bounding box, per dimension (0 when empty)."""
-    if s.is_empty():
-        return [0] * s.dim(isl.dim_type.set)
-    out = []
-    for d in range(s.dim(isl.dim_type.set)):
-        lo, hi = _ends(s, d)
-        out.append(hi - lo + 1)
-    return out
-
-
-def _line(s: isl.Set, d: int) -> isl.Set:
-    """The values of dimension d (the others projected out)."""
-    n = s.dim(isl.dim_type.set)
-    return s.project_out(isl.dim_type.set, d + 1, n - d - 1).project_out(isl.dim_type.set, 0, d)
-
-
-def _ends(s: isl.Set, d: int, line: isl.Set | None = None) -> tuple[int, int]:
-    """The smallest and largest value of dimension d of a non-empty set, as the first and
-    last points of its projection (`line`, when already made). (isl's dim_min_val answered
-    0 for { X[512, j] : 1008 <= j <= 1025 } as the image of a compute_at stage's
-    iterations, split into pieces with an empty one among them: a 3x3 blur's inner pass
-    looked 10^4 times too slow; coalescing first failed inside isl on other sets.)"""
-    line = _line(s, d) if line is None else line
-
-    def at(p: isl.Set) -> int:
-        return _val(p.sample_point().get_coordinate_val(isl.dim_type.set, 0))
-    return at(line.lexmin()), at(line.lexmax())
-
-
-def _values(s: isl.Set, d: int, line: isl.Set | None = None) -> int:
-    """How many values dimension d of a non-empty set takes (its projection `line`, when
-    already made): not the extent of its bounding box — a stage computed at a fused loop
-    runs its own fused loop over rows i - 1, i, i + 1 of a tile, 3 values 16 apart, not
-    33."""
-    line = _line(s, d) if line is None else line
-    got = line.count_val()
-    if got.is_int():
-        return _val(got)
-    lo, hi = _ends(s, d, line)
-    return hi - lo + 1
-
-
 def _arith(body, moving=None) -> tuple[float, Counter]:
     """(instructions of one instance's arithmetic, its loads per tensor name) of a
     statement body: a multiply feeding an add fuses; calls cost CALL_COST, a division 4; a
@@ -243,116 +190,6 @@ def _arith(body, moving=None) -> tuple[float, Counter]:
     return max(ops, 1.0), loads
 
 
-class _Stmt:
-    """The isl facts of one placed statement at concrete sizes."""
-
-    def __init__(self, e, ctx, names: dict, local_ids: set, itemsize: dict, strides: dict):
-        self.e = e
-        self.n = len(e.loops)
-        self.dom = e.stmt.domain.intersect_params(ctx)
-        self.prefix = [loop_prefix(e.lmap, d + 1).intersect_domain(self.dom)
-                       for d in range(self.n)]
-        self.trips = self._trips()
-        self._feet: dict[tuple[int, int], list[int]] = {}    # footprint(m, d), computed once
-        self.recurrences: list[isl.Map] = []                 # self flow deps (placed_...)
-        self.accesses = []                # (tensor name, is write, is local, map, bytes)
-        self.strides = []                 # per access: bytes between neighbours, per dim
-        for acc, write in ((e.reads, False), (e.writes, True)):
-            for tid, m in acc.items():
-                if tid not in names:
-                    continue
-                self.accesses.append((names[tid], write, tid in local_ids,
-                                      m.intersect_params(ctx).intersect_domain(self.dom),
-                                      itemsize.get(tid, 4)))
-                self.strides.append(strides.get(tid, ()))
-
-    def _trips(self) -> list[int]:
-        """Values of each loop inside a representative iteration of the loops around it:
-        the middle one, chosen loop by loop (a full tile, and a full anti-diagonal of a
-        skewed wavefront, where the first iteration has one tile); `self.point` keeps it.
-        Also `constant`: whether the first and the last iterations have as many (LLVM sees
-        a constant trip count)."""
-        out, self.constant, self.point = [], [], []
-        first = last = None
-        cur = self.prefix[-1].range() if self.n else None
-        for d in range(self.n):
-            if cur is None or cur.is_empty():
-                out.append(1)
-            else:
-                line = _line(cur, d)                 # the values loop d takes here
-                out.append(max(_values(cur, d, line), 1))
-                lo, hi = _ends(cur, d, line)
-                mid = cur.fix_val(isl.dim_type.set, d, isl.Val(str((lo + hi) // 2)))
-                if mid.is_empty():                   # a stride: the first value instead
-                    lo_pt = cur.lexmin()
-                    mid = cur.fix_val(isl.dim_type.set, d, isl.Val(str(lo)))
-                    if mid.is_empty():
-                        mid = lo_pt
-                    self.point.append(lo)
-                else:
-                    self.point.append((lo + hi) // 2)
-                cur = mid
-            r = self.prefix[d].range()
-            ends = []
-            for fixed in (first, last):
-                x = r
-                if fixed is not None:
-                    x = r.intersect(fixed.insert_dims(isl.dim_type.set, d, 1))
-                if x.is_empty():
-                    ends.append(1)
-                else:                                # loop d's extent only (not every dim's)
-                    lo, hi = _ends(x, d)
-                    ends.append(max(hi - lo + 1, 1))
-                if fixed is first:
-                    first = _first(x)
-                else:
-                    last = x.lexmax() if not x.is_empty() else x
-            self.constant.append(ends[0] == ends[1])
-        return out
-
-    def footprint(self, m: isl.Map, d: int) -> list[int]:
-        """Bounding box of the elements one (the representative) iteration of loop d
-        touches; d = -1: the whole statement's."""
-        key = (id(m), d)
-        if key not in self._feet:
-            self._feet[key] = self._footprint(m, d)
-        return self._feet[key]
-
-    def touched(self, m: isl.Map, d: int) -> isl.Set:
-        """The elements one (the representative) iteration of loop d touches; d = -1: the
-        whole statement's."""
-        if d < 0:
-            return m.range()
-        at = self.prefix[d].range()
-        for k in range(d + 1):
-            at = at.fix_val(isl.dim_type.set, k, isl.Val(str(self.point[k])))
-        if at.is_empty():
-            at = _first(self.prefix[d].range())
-        inst = self.prefix[d].intersect_range(at).domain()
-        return m.intersect_domain(inst).range()
-
-    def _footprint(self, m: isl.Map, d: int) -> list[int]:
-        return _box(self.touched(m, d))
-
-    def first_last_index(self, m: isl.Map, d: int) -> int:
-        """The smallest last index of what one iteration of loop d touches: where its
-        vector along the last axis starts."""
-        rng = self.touched(m, d)
-        return 0 if rng.is_empty() else _ends(rng, rng.dim(isl.dim_type.set) - 1)[0]
-
-
-def _strides(buf) -> tuple[int, ...]:
-    """Bytes between neighbouring elements along each dimension (row-major)."""
-    out, step = [], buf.dtype.itemsize
-    for x in reversed(buf.shape):
-        out.append(step)
-        try:
-            step *= int(x.value)
-        except (AttributeError, TypeError, ValueError):
-            step *= 64
-    return tuple(reversed(out))
-
-
 def _bytes(box: list[int], itemsize: int) -> int:
     if not box or 0 in box:
         return 0
@@ -361,30 +198,6 @@ def _bytes(box: list[int], itemsize: int) -> int:
     for x in box[:-1]:
         n *= x
     return n * itemsize
-
-
-def placed_statements(s) -> list[_Stmt]:
-    """The isl facts (trip counts, footprints, accesses) of every statement of schedule
-    `s` as placed, at its concrete sizes."""
-    from .program import expand_dependences
-
-    prog = s.program
-    ctx = isl.Set(f"[{prog.ptext}] -> {{ : 1 = 1 }}")
-    states = {st.id: st.state for st in s.stages}
-    pl = prog.place(states)
-    deps = prog.deps if all(e.expand is None for e in pl.entries) else \
-        expand_dependences(prog, pl, states)[0]
-    local_ids = {id(L.tensor) for L in pl.locals}
-    names = {k: b.name for k, b in prog.bufs.items()}
-    itemsize = {k: b.dtype.itemsize for k, b in prog.bufs.items()}
-    strides = {k: _strides(b) for k, b in prog.bufs.items()}
-    out = []
-    for e in pl.entries:
-        st = _Stmt(e, ctx, names, local_ids, itemsize, strides)
-        st.recurrences = [d.rel.intersect_params(ctx) for d in deps if d.kind == "RAW" and
-                          not d.reduction and d.src == d.dst == e.stmt.name]
-        out.append(st)
-    return out
 
 
 def estimate(s, target) -> CostReport:
