@@ -12,15 +12,20 @@ REDUCERS = {"sum": (tl.sum, np.sum), "max": (tl.max, np.max), "min": (tl.min, np
             "prod": (tl.prod, np.prod)}
 
 
-@pytest.mark.parametrize("dtype", ("float32", "float64", "int32", "int64"))
-@pytest.mark.parametrize("name", sorted(REDUCERS))
-def test_row_reductions(name, dtype, rng):
-    red, ref = REDUCERS[name]
+def _row_reduction(red, dtype):
+    """`red` over the columns of an n x m matrix (symbolic sizes), built."""
     n, m = tl.var("n"), tl.var("m")
     A = tl.placeholder((n, m), dtype, name="A")
     k = tl.reduce_axis((0, m), name="k")
     C = tl.compute((n,), lambda i: red(A[i, k], axis=k), name="C")
-    f = build(C, [A, C])
+    return build(C, [A, C])
+
+
+@pytest.mark.parametrize("dtype", ("float32", "float64", "int32", "int64"))
+@pytest.mark.parametrize("name", sorted(REDUCERS))
+def test_row_reductions(name, dtype, rng):
+    red, ref = REDUCERS[name]
+    f = _row_reduction(red, dtype)
     for rows in SIZES:
         for cols in (1, 13):
             a = random_array(rng, (rows, cols), dtype)
@@ -198,11 +203,7 @@ def test_nanmax_nanmin_ignore_nan_as_numpy(which, dtype, rng):
     import warnings
 
     red, ref = getattr(tl, which), getattr(np, which)
-    n, m = tl.var("n"), tl.var("m")
-    A = tl.placeholder((n, m), dtype, name="A")
-    k = tl.reduce_axis((0, m), name="k")
-    C = tl.compute((n,), lambda i: red(A[i, k], axis=k), name="C")
-    f = build(C, [A, C])
+    f = _row_reduction(red, dtype)
     for cols in SIZES:
         a = random_array(rng, (5, cols), dtype)
         if dtype != "int32":
