@@ -162,9 +162,7 @@ def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=Non
     while len(seen) < SAMPLES and time.perf_counter() - t0 < sample_budget and \
             tries < 4 * SAMPLES:
         tries += 1
-        s = sample(outs, tgt, rng)
-        if not _lowers(s):
-            continue
+        s = sample(outs, tgt, rng)      # (whether it lowers: asked when it is measured)
         text = s.trace_text()
         if text not in seen:
             seen[text] = Candidate(list(s.trace), predict(s, tgt), schedule=s)
@@ -191,6 +189,9 @@ def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=Non
                     time.perf_counter() - t0 > 0.7 * budget_s or
                     k >= MEASURE_TOP and time.perf_counter() - t0 > 0.5 * budget_s):
                 break       # (the seeds are always measured)
+            if not _lowers(c.schedule):
+                c.schedule = None
+                continue
             c.measured = measure(c.schedule, tgt)
             debug_print(1, f"auto_schedule: predicted {c.predicted * 1e3:.3f} ms, measured "
                            f"{c.measured * 1e3:.3f} ms\n{c.text}")
@@ -234,7 +235,7 @@ def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=Non
                 f"{c.measured * 1e3:.3f}" for c in final) + " ms")
         result.best = best
     else:
-        result.best = cands[0]
+        result.best = next((c for c in cands if _lowers(c.schedule)), seen[""])
     for c in result.candidates:
         c.schedule = None                   # the result keeps traces and times, not schedules
     s = replay_trace(outs, result.best.trace)
@@ -291,7 +292,7 @@ def _refine(seen: dict, outs, tgt, rng: random.Random, until: float, pool: int =
             cs = replay_trace(outs, child)
         except (ScheduleError, TensorlangError):
             cs = None
-        if cs is None or not _lowers(cs):
+        if cs is None:
             seen[text] = Candidate(child, float("inf"))
             continue
         c = seen[text] = Candidate(child, predict(cs, tgt), schedule=cs, refined=True)

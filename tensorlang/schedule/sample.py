@@ -362,7 +362,13 @@ def _register_tile(s: Schedule, st, tgt, lanes: int, rng: random.Random) -> None
         _try(cs, "reorder", *rest[:k_row], f"{row}.outer", *rest[k_row:],
              f"{axes[-1]}.outer", f"{row}.inner", f"{axes[-1]}.inner.outer",
              f"{axes[-1]}.inner.inner")
-    if _try(lt, "compute_at", cs, jo) is not None:
+    at = jo
+    if rng.random() < 0.5 and _try(cs, "reorder", jo, io) is not None:
+        # column tiles outside the row tiles (the executor's matmul order): a column
+        # panel of B stays in the L2 while every row tile passes over it, where rows
+        # outside sweep all of B once per row tile
+        at = io
+    if _try(lt, "compute_at", cs, at) is not None:
         lax = [a.var.name for a in lt.op.axis]
         li, lj = lax[k_row], lax[-1]
         lb = [x for x in lax[:-1] if x != li]
