@@ -56,8 +56,8 @@ FORWARD_LATENCY = 7       # an add through memory: store, forwarded load, add
 MINMAX_LATENCY = 7        # a NaN-propagating max: compare, blend, max, dependent
 INTERLEAVE = 4            # accumulators LLVM's loop vectoriser keeps for a reduction
 LINE_BYTES = 64
-BYTES_PER_CYCLE = (64, 10)   # into L1 from L2, into L2 from L3 (per core, as measured on
-                             # a 2-core Zen 4 VM: an 8 MiB blur streams at ~30 GB/s)
+BYTES_PER_CYCLE = (64, 10)   # into L1 from L2, into L2 from L3 (per core; the second is
+                             # the target's own where it is known: Target.l3_bytes_per_cycle)
 DRAM_BYTES_PER_S = 25e9   # the whole machine
 FORK_S = 0.5e-6           # one launch of a parallel loop, its workers spinning (in a loop)
 CALL_COST = {"exp": 16, "log": 20, "tanh": 30, "erf": 30, "sigmoid": 20, "sqrt": 6,
@@ -395,7 +395,8 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None) -> Statem
         compute_cycles *= scale
         traffic = [int(t * scale) for t in traffic]
     compute_s = compute_cycles / GHZ / used * imbalance
-    memory = tuple(traffic[k] / (BYTES_PER_CYCLE[k] * GHZ * used) * imbalance
+    rates = (BYTES_PER_CYCLE[0], tgt.l3_bytes_per_cycle)
+    memory = tuple(traffic[k] / (rates[k] * GHZ * used) * imbalance
                    for k in range(2)) + (traffic[2] / DRAM_BYTES_PER_S,)
     block_text = (f"{iters[r + 1] // max(autovec, 1)} blocks x {cycles:.1f} cycles (arith "
                   f"{arith:.0f}, loads {loads:.0f}, stores {stores:.0f}, chain {chain:.1f}, "

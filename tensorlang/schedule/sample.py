@@ -263,7 +263,9 @@ def _tile_vector(s: Schedule, st, lanes: int, rng: random.Random,
     j = spatial[-1]
     ext = _extent(st.op.axis[-1])
     if ext is not None and ext >= lanes and rng.random() < 0.9:
-        u = rng.choice([1, 1, 2, 4])
+        # vectors a column tile: a few (unrolled), or a wide tile whose producers fit the
+        # L1 beside it (Adams2019's blur: 4 rows x 256 columns, its first stage per tile)
+        u = rng.choice([1, 1, 2, 4, 8, 16])
         jo, ji = (_try(st, "split", j, factor=lanes * u) or (None, None))
         if ji is not None:
             vec = ji
@@ -284,7 +286,7 @@ def _tile_vector(s: Schedule, st, lanes: int, rng: random.Random,
                      vec.name if vec else f"{j}.inner")
             if vec is not None:
                 _try(st, "vectorize", vec)
-            if inner and rng.random() < 0.5:
+            if inner and u <= 4 and rng.random() < 0.5:
                 _try(st, "unroll", inner[0])
     if parallel:
         _parallel_outer(st, rng)
