@@ -453,9 +453,12 @@ def _channel_tile(s: Schedule, st, tgt, lanes: int, rng: random.Random,
     # columns: mostly a divisor of the width up to half the registers (a partial tile, or
     # more columns, spill: the executor's `conv_columns`), sometimes any count that fits
     fits = [r for r in range(4, regs // 2 + 1) if nj % r == 0]
-    rn = rng.choice(fits if fits and rng.random() < 0.7 else
-                    [r for r in (4, 6, 7, 8, 12, 14, 16, 24, 28) if r + 2 <= regs and r <= nj]
-                    or [max(1, min(nj, regs - 2))])
+    if fits and rng.random() < 0.4:
+        rn = fits[-1]           # the most columns that divide the width (conv_columns)
+    else:
+        rn = rng.choice(fits if fits and rng.random() < 0.7 else
+                        [r for r in (4, 6, 7, 8, 12, 14, 16, 24, 28)
+                         if r + 2 <= regs and r <= nj] or [max(1, min(nj, regs - 2))])
     packed = _try(s, "pack", src, dim, lanes, [st])
     if packed is not None:
         _try(s[packed], "vectorize", "ax_i")
