@@ -23,6 +23,8 @@ import os
 import sys
 import time
 
+from .errors import TensorlangError
+
 
 def debug_level() -> int:
     """The current TL_DEBUG level (0 when unset or not an integer)."""
@@ -83,6 +85,21 @@ def tune_budget(default: float) -> float:
         return float(v) if v else default
     except ValueError:
         return default
+
+
+def l3_bytes_per_cycle() -> float | None:
+    """The cost model's rate from the last-level cache into a core's L2, bytes a cycle
+    (TL_L3_BYTES_PER_CYCLE; None when unset: `Target.l3_bytes_per_cycle` says then)."""
+    v = os.environ.get("TL_L3_BYTES_PER_CYCLE", "").strip()
+    if not v:
+        return None
+    try:
+        rate = float(v)
+    except ValueError:
+        rate = 0.0
+    if not rate > 0:
+        raise TensorlangError(f"TL_L3_BYTES_PER_CYCLE must be a positive number, got {v!r}")
+    return rate
 
 
 def strict() -> bool:

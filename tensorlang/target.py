@@ -183,18 +183,11 @@ class Target:
         one core summing an 8 MiB array at 93 GB/s (3 GHz nominal); elsewhere 10, as a
         2-core Zen 4 VM streamed an 8 MiB blur (~30 GB/s). TL_L3_BYTES_PER_CYCLE
         overrides it."""
-        import os
+        from .config import l3_bytes_per_cycle
 
-        env = os.environ.get("TL_L3_BYTES_PER_CYCLE", "").strip()
-        if env:
-            try:
-                v = float(env)
-            except ValueError:
-                v = 0.0
-            if v <= 0:
-                raise TensorlangError(f"TL_L3_BYTES_PER_CYCLE must be a positive number, "
-                                  f"got {env!r}")
-            return v
+        env = l3_bytes_per_cycle()
+        if env is not None:
+            return env
         return _L3_BYTES_PER_CYCLE.get(self.cpu, 10.0)
 
     @property

@@ -405,6 +405,7 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None) -> Statem
         scale, imbalance, forks, used = exact
         compute_cycles *= scale
         traffic = [int(t * scale) for t in traffic]
+        walk = int(walk * scale)
     compute_s = compute_cycles / GHZ / used * imbalance
     rates = (BYTES_PER_CYCLE[0], tgt.l3_bytes_per_cycle)
     memory = tuple(traffic[k] / (rates[k] * GHZ * used) * imbalance

@@ -151,10 +151,10 @@ nanmax.__doc__ = ("tl.nanmax(expr, axis, where=None): the maximum ignoring NaN, 
                   "nanmax (NaN where every value is NaN); one vmaxps per vector on x86, "
                   "where max's NaN and signed-zero rules cost a compare and blends")
 nanmin = _builtin("nanmin", _fmin, _nan_or("max_value"))
+nanmin.__doc__ = "tl.nanmin(expr, axis, where=None): the minimum ignoring NaN (see nanmax)."
 # combiners whose reductions LLVM's loop vectoriser takes itself (lane-wise in a register),
 # where a rfactor would make one dependent chain (graph/cpu_schedules, schedule/sample)
 MINMAX_COMBINERS = ("max", "min", "nanmax", "nanmin")
-nanmin.__doc__ = "tl.nanmin(expr, axis, where=None): the minimum ignoring NaN (see nanmax)."
 
 
 def _arg_reducer(name: str, better):
