@@ -472,29 +472,29 @@ def test_an_isl_condition_true_as_an_integer_compiles():
     shapes = ((1, 64, 28, 28), (64, 64, 3, 3))
     _, ins, out = schedule_group(members, shapes, ("float32", "float32"))
     s = tl.create_schedule(out)
-    s["wpack"].compute_inline()
-    s["out"].split("j", factor=16)
-    s["out"].vectorize("j.inner")
-    s["out"].fuse("n", "o")
-    s["out"].fuse("n.o.fused", "i")
-    s["out"].parallel("n.o.fused.i.fused")
-    s["conv_blocked"].split("ki", factor=64)
-    s["conv_blocked"].split("ki.inner", factor=16)
-    s["conv_blocked"].split("j", factor=2)
-    s["conv_blocked"].reorder("n", "ko", "i", "j.outer", "ki.outer", "rc", "rp", "rq",
-                              "j.inner", "ki.inner.outer", "ki.inner.inner")
-    s["conv_blocked"].vectorize("ki.inner.inner")
-    s["conv_blocked"].unroll("ki.inner.outer")
-    s["conv_blocked"].fuse("n", "ko")
-    s["conv_blocked"].fuse("n.ko.fused", "i")
-    s["conv_blocked"].parallel("n.ko.fused.i.fused")
-    s["xpad"].split("z", factor=32)
-    s["xpad"].split("z.inner", factor=16)
-    s["xpad"].vectorize("z.inner.inner")
-    s["xpad"].fuse("a", "b")
-    s["xpad"].parallel("a.b.fused")
-    s["conv_blocked"].compute_at("out", "j.outer")
-    s["xpad"].compute_at("conv_blocked", "j.outer")
+    trace = [                        # the sampled schedule, as (stage, primitive, arguments)
+        ("wpack", "compute_inline", ()),
+        ("out", "split", ("j", 16)), ("out", "vectorize", ("j.inner",)),
+        ("out", "fuse", ("n", "o")), ("out", "fuse", ("n.o.fused", "i")),
+        ("out", "parallel", ("n.o.fused.i.fused",)),
+        ("conv_blocked", "split", ("ki", 64)), ("conv_blocked", "split", ("ki.inner", 16)),
+        ("conv_blocked", "split", ("j", 2)),
+        ("conv_blocked", "reorder", ("n", "ko", "i", "j.outer", "ki.outer", "rc", "rp", "rq",
+                                     "j.inner", "ki.inner.outer", "ki.inner.inner")),
+        ("conv_blocked", "vectorize", ("ki.inner.inner",)),
+        ("conv_blocked", "unroll", ("ki.inner.outer",)),
+        ("conv_blocked", "fuse", ("n", "ko")), ("conv_blocked", "fuse", ("n.ko.fused", "i")),
+        ("conv_blocked", "parallel", ("n.ko.fused.i.fused",)),
+        ("xpad", "split", ("z", 32)), ("xpad", "split", ("z.inner", 16)),
+        ("xpad", "vectorize", ("z.inner.inner",)),
+        ("xpad", "fuse", ("a", "b")), ("xpad", "parallel", ("a.b.fused",)),
+        ("conv_blocked", "compute_at", ("out", "j.outer")),
+        ("xpad", "compute_at", ("conv_blocked", "j.outer")),
+    ]
+    for stage, prim, args in trace:
+        if prim == "compute_at":
+            args = (s[args[0]], args[1])
+        getattr(s[stage], prim)(*args)
     f = tl.build(s, [*ins, out])
     rng = np.random.default_rng(3)
     x, w = (rng.standard_normal(sh).astype("float32") for sh in shapes)
