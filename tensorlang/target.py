@@ -177,6 +177,17 @@ class Target:
         return (32 << 10, 512 << 10, 4 << 20)
 
     @property
+    def l1_ways(self) -> int:
+        """Ways of the L1 data cache's sets (lines of addresses `cache_bytes[0] / l1_ways`
+        apart share a set): this machine's (from /sys) for the host, else typical ones
+        (x86-64: 8 of 32 KiB; AArch64: 4 of 64 KiB; others: 8)."""
+        if self.is_host:
+            got = _host_l1_ways()
+            if got:
+                return got
+        return 4 if self.arch in ("aarch64", "arm64") else 8
+
+    @property
     def l3_bytes_per_cycle(self) -> float:
         """Bytes a cycle one core streams into its L2 from the last-level cache (the
         auto-scheduler's cost model): measured per CPU where known — Zen 5 (znver5): 31,
@@ -263,6 +274,25 @@ def _host_caches() -> tuple[int, int, int] | None:
         got = (sizes[1], sizes[2], sizes.get(3, sizes[2]))
     _CACHES.append(got)
     return got
+
+
+def _host_l1_ways() -> int | None:
+    """Ways of cpu0's L1 data cache from /sys/devices/system/cpu, or None."""
+    import glob
+
+    for d in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")):
+        try:
+            with open(f"{d}/level") as f:
+                if int(f.read()) != 1:
+                    continue
+            with open(f"{d}/type") as f:
+                if f.read().strip() == "Instruction":
+                    continue
+            with open(f"{d}/ways_of_associativity") as f:
+                return int(f.read()) or None
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 def _arch(triple: str) -> str:

@@ -69,9 +69,9 @@ EXACT_POINTS = 1 << 16    # loop values a wavefront's exact launch count may enu
 SMALL_LOOP = 4            # LLVM unrolls innermost loops this short completely
 OVERLAP_NORM = 4          # compute and traffic overlap as the 4-norm of their times
 FILL = 0.75               # the share of a cache a footprint may take and stay resident
-WALK_LINE_BYTES = 128     # a row's piece in a column walk (`_column_walk_lines`)
-WALK_ROWS = 8             # rows a column walk crosses
-WALK_CYCLES = 8           # a line of a column walk (a miss's latency, overlapped)
+ARRAY_OFFSET = 16         # an array's first byte past a line's (numpy's large arrays: 16)
+SET_CONFLICT_CYCLES = 10  # a line lost to a set's conflicts and fetched again from L2
+LOOP_ENTRY_CYCLES = 8     # a run of a loop outside the register block (bounds, exit branch)
 
 
 @dataclass
@@ -348,7 +348,7 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None) -> Statem
                 # row of B serves its every row; a convolution's weights every column)
                 vec = max(vec, reads[name] * block / v)
         elif v == 1 and autovec > 1 and box:            # LLVM's vectors of loop r
-            along = _moving(st, m) == [len(box) - 1]
+            along = len(box) - 1 in _moving(st, m)
         width = (v if v > 1 else autovec) * size
         if along and not write and not local and width >= LINE_BYTES and \
                 _split(st, m, r, size, stride):
@@ -390,6 +390,12 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None) -> Statem
         compute_cycles = cycles * iters[r] * (trips[r] // autovec + trips[r] % autovec)
     else:
         compute_cycles = cycles * iters[r + 1]
+    # each run of a loop outside the block: its bounds, its first test, its exit branch
+    # (mispredicted once a run). A first stage computed at the second's tile of 16 or 32
+    # columns runs short loops a tile: measured 0.10-0.20 ms on the blur where the blocks
+    # alone predicted 0.10-0.16 in another order; offline rho of two stored blur samples
+    # 0.43 -> 0.57 and 0.34 -> 0.57, matmul 127x781x253 0.82 -> 0.88, the rest within 0.02
+    compute_cycles += LOOP_ENTRY_CYCLES * sum(iters[d] for d in range(1, r + 1))
     # parallelism: the outermost parallel loop
     p = next((d for d in range(n) if kinds[d] is LoopKind.PARALLEL), None)
     used, imbalance, forks = 1, 1.0, 0
@@ -399,19 +405,19 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None) -> Statem
         imbalance = rounds * used / trips[p]
         forks = iters[p]
     traffic = _traffic(st, tgt, resident or {})
-    walk = _column_walk_lines(st, r, iters, reads) if r >= 1 else 0
+    lost = _set_conflict_lines(st, r, iters, tgt)
     exact = _exact_rounds(st, p, iters[p + 1], cores) if p is not None else None
     if exact is not None:
         scale, imbalance, forks, used = exact
         compute_cycles *= scale
         traffic = [int(t * scale) for t in traffic]
-        walk = int(walk * scale)
+        lost *= scale
     compute_s = compute_cycles / GHZ / used * imbalance
     rates = (BYTES_PER_CYCLE[0], tgt.l3_bytes_per_cycle)
     memory = tuple(traffic[k] / (rates[k] * GHZ * used) * imbalance
                    for k in range(2)) + (traffic[2] / DRAM_BYTES_PER_S,)
-    if walk:
-        memory = (memory[0] + walk * WALK_CYCLES / GHZ / used * imbalance,) + memory[1:]
+    if lost:
+        memory = (memory[0] + lost * SET_CONFLICT_CYCLES / GHZ / used * imbalance,) + memory[1:]
     block_text = (f"{iters[r + 1] // max(autovec, 1)} blocks x {cycles:.1f} cycles (arith "
                   f"{arith:.0f}, loads {loads:.0f}, stores {stores:.0f}, chain {chain:.1f}, "
                   f"strided {strided:.0f}, v {v}/{autovec})")
@@ -419,31 +425,48 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None) -> Statem
                          block_text, p == 0)
 
 
-def _column_walk_lines(st: _Stmt, r: int, iters: list[int], reads) -> int:
-    """Lines of a stencil's shifted reads (several reads of one tensor) that walk down
-    columns: one run of loop r (the register block's) crosses at least WALK_ROWS rows and
-    touches at most WALK_LINE_BYTES of each, and loop r moves to the next row — every
-    row a stream of its own, more than the prefetchers follow, its lines coming at a
-    miss's latency. Measured on Zen 5, the 3x3 blur with its first stage inlined: tiles
-    of 32 rows x 16 columns 0.32 ms, rows of vectors 0.09; predicted alike before. (Not
-    for single reads: a matmul's unpacked B walks down its rows as well, and the offline
-    rank correlations of the matmuls and the conv fell with them counted, 0.82 -> 0.75
-    and 0.76 -> 0.69, where the blur's rose 0.23 -> 0.33 either way.)"""
-    lines = 0
-    for (name, write, local, m, size), stride in zip(st.accesses, st.strides):
-        if write or local or not stride or reads[name] < 2:
+def _set_conflict_lines(st: _Stmt, r: int, iters: list[int], tgt) -> float:
+    """Lines that one iteration of loop r-1 (a tile: one run of loop r) shares with the next
+    and loses to the conflicts of an L1 set. A tile whose rows lie a multiple of the L1's
+    size / ways apart (4 KiB: 1024 floats) puts one line of each row in the same set; with
+    more rows than the set has ways, the lines at the tile's edges, which the neighbouring
+    tile reads or writes again (an array starts ARRAY_OFFSET bytes past a line, so a row's
+    piece of the tile begins and ends inside lines), are evicted before it comes. Measured
+    on Zen 5 (12 ways), the 3x3 blur inlined into tiles of 32 x 16 / 16 x 16 / 8 x 16
+    vectors, 1024-float output rows: 0.30 / 0.15 / 0.10 ms, rows of vectors 0.09 (0.14 /
+    0.11 / 0.10 with the output aligned to a line). Only where the tile fits the L1 by its
+    size (else the traffic counts its lines). This replaces a "column walk" term that
+    charged any tile of 8 or more rows: tiles of 8 rows measure as fast as rows."""
+    ways = tgt.l1_ways
+    sets = max(1, tgt.cache_bytes[0] // ways // LINE_BYTES)
+    glob = [(m, size, stride) for (_, _, local, m, size), stride in
+            zip(st.accesses, st.strides) if not local and stride and len(stride) >= 2]
+    if r < 1 or not glob:
+        return 0.0
+    feet = [st.footprint(m, r - 1) for m, _, _ in glob]
+    if sum(_bytes(b, size) for b, (_, size, _) in zip(feet, glob)) > tgt.cache_bytes[0] * FILL:
+        return 0.0
+    lost = 0.0
+    for box, (_, size, stride) in zip(feet, glob):
+        if len(box) != len(stride) or _count(box[:-1]) <= ways or _count(box[:-1]) > 1 << 12:
             continue
-        box = st.footprint(m, r - 1)              # one run of loop r
-        if len(box) < 2 or box[-1] * size > WALK_LINE_BYTES:
-            continue
-        rows = _count(box[:-1])
-        if rows < WALK_ROWS:
-            continue
-        inner = st.footprint(m, r)
-        if inner[-1] < box[-1]:
-            continue                               # loop r moves along the rows
-        lines += iters[r] * rows * -(-box[-1] * size // LINE_BYTES)
-    return lines
+        width = box[-1] * size
+        rows = [0]
+        for extent, step in zip(box[:-1], stride[:-1]):
+            rows = [o + k * step for o in rows for k in range(extent)]
+        count = [0] * sets
+        edges = []
+        for o in rows:
+            start, end = ARRAY_OFFSET + o, ARRAY_OFFSET + o + width
+            first, last = start // LINE_BYTES, (end - 1) // LINE_BYTES
+            for line in range(first, last + 1):
+                count[line % sets] += 1
+            # the lines the neighbouring tile shares: those the piece does not cover whole
+            edges.append({k % sets for k, cut in ((first, start), (last, end))
+                          if cut % LINE_BYTES})
+        for e in edges:       # a set over its ways keeps its lines in proportion
+            lost += sum(max(0, count[k] - ways) / count[k] for k in e)
+    return lost * iters[r]
 
 
 def _exact_rounds(st: _Stmt, p: int, rep: int, cores: int):

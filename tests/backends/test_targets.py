@@ -339,3 +339,24 @@ def test_an_x86_cpu_named_alone_is_described_by_its_vector_features(cpu, lanes, 
     assert (t.vector_lanes("float32"), t.vector_registers) == (lanes, registers)
     t = tl.Target.parse(f"llvm -mtriple=x86_64-unknown-linux-gnu -mcpu={cpu} -mattr=+sse2")
     assert t.vector_lanes("float32") == 4
+
+
+def test_l1_ways_are_the_hosts_or_typical():
+    """The cost model's set conflicts need the L1's ways: the host's from /sys (as its cache
+    sizes), 8 for an x86-64 cross target, 4 for AArch64 (64 KiB, 4 ways)."""
+    import glob
+
+    host = tl.Target.parse("llvm")
+    want = None
+    for d in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*"):
+        try:
+            level = open(f"{d}/level").read().strip()
+            kind = open(f"{d}/type").read().strip()
+            ways = int(open(f"{d}/ways_of_associativity").read())
+        except (OSError, ValueError):
+            continue
+        if level == "1" and kind != "Instruction":
+            want = ways
+    assert host.l1_ways == (want or 8)
+    assert tl.Target.parse("llvm -mtriple=x86_64-unknown-linux-gnu -mcpu=znver4").l1_ways == 8
+    assert tl.Target.parse("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1").l1_ways == 4
