@@ -71,7 +71,8 @@ OVERLAP_NORM = 4          # compute and traffic overlap as the 4-norm of their t
 FILL = 0.75               # the share of a cache a footprint may take and stay resident
 ARRAY_OFFSET = 16         # an array's first byte past a line's (numpy's large arrays: 16)
 SET_CONFLICT_CYCLES = 10  # a line lost to a set's conflicts and fetched again from L2
-LOOP_ENTRY_CYCLES = 8     # a run of a loop outside the register block (bounds, exit branch)
+LOOP_EXIT_CYCLES = 12     # a loop's exit branch, mispredicted (`_statement`)
+PREDICTED_TRIPS = 32      # a loop of a constant trip count up to this: its exit predicted
 
 
 @dataclass
@@ -377,8 +378,11 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None) -> Statem
         latency = FMA_LATENCY * _chain_ops(st) + (FORWARD_LATENCY if any(
             lp.name.endswith(".fused") for lp in inner) else 0)
         chain = max(chain, latency * window)         # the block's elements: independent
+    # the loop's own instructions, once a block: LLVM's vector loop (autovec) runs
+    # INTERLEAVE vectors an iteration (the heat stencil's row, declared: 0.026-0.028 ms
+    # where explicit vectors of 16 ran 0.034, Zen 5)
     cycles = max(arith / FMA_PIPES, loads / LOADS_PER_CYCLE, stores / STORES_PER_CYCLE,
-                 chain) + (1 if r >= 0 else 0) + strided
+                 chain) + ((1 / INTERLEAVE if autovec > 1 else 1) if r >= 0 else 0) + strided
     if n and kinds[-1] is LoopKind.VECTORIZED and v > 1:
         # a row whose length the vector loop does not divide ends in a masked vector
         # (and a store that the next row's loads cannot forward from)
@@ -390,12 +394,17 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None) -> Statem
         compute_cycles = cycles * iters[r] * (trips[r] // autovec + trips[r] % autovec)
     else:
         compute_cycles = cycles * iters[r + 1]
-    # each run of a loop outside the block: its bounds, its first test, its exit branch
-    # (mispredicted once a run). A first stage computed at the second's tile of 16 or 32
-    # columns runs short loops a tile: measured 0.10-0.20 ms on the blur where the blocks
-    # alone predicted 0.10-0.16 in another order; offline rho of two stored blur samples
-    # 0.43 -> 0.57 and 0.34 -> 0.57, matmul 127x781x253 0.82 -> 0.88, the rest within 0.02
-    compute_cycles += LOOP_ENTRY_CYCLES * sum(iters[d] for d in range(1, r + 1))
+    # each run of a loop outside the block ends in its exit branch: mispredicted when the
+    # loop is long or its trip count varies (a stage computed at a tile, clipped to its
+    # window), predicted for a short loop of a constant count. A first stage computed at
+    # the second's tile of 16 or 32 columns runs such loops a tile: measured 0.10-0.20 ms
+    # on the blur where the blocks alone predicted 0.10-0.16 in another order. With the
+    # set conflicts, the count below and autovec's interleave: offline rho of six stored
+    # Zen 5 samples, blur 0.32 / 0.33 / 0.11 / 0.53 -> 0.54 / 0.50 / 0.36 / 0.69, heat
+    # 0.42 / 0.42 -> 0.57 / 0.56; the other operators' within 0.02
+    compute_cycles += sum(iters[d] * (LOOP_EXIT_CYCLES if not st.constant[d] or
+                                      trips[d] > PREDICTED_TRIPS else 1)
+                          for d in range(1, r + 1))
     # parallelism: the outermost parallel loop
     p = next((d for d in range(n) if kinds[d] is LoopKind.PARALLEL), None)
     used, imbalance, forks = 1, 1.0, 0
@@ -409,6 +418,14 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None) -> Statem
     exact = _exact_rounds(st, p, iters[p + 1], cores) if p is not None else None
     if exact is not None:
         scale, imbalance, forks, used = exact
+        compute_cycles *= scale
+        traffic = [int(t * scale) for t in traffic]
+        lost *= scale
+    elif r >= 0 and not all(st.constant[:r + 1]):
+        # loops whose trip count varies (a stage computed at a tile, its rows clipped to
+        # the tile's window): the representative iteration's trips are the middle ones,
+        # not the average; the blocks the nest really runs are isl's count of loops 0..r
+        scale = _val(st.prefix[r].range().count_val()) / iters[r + 1]
         compute_cycles *= scale
         traffic = [int(t * scale) for t in traffic]
         lost *= scale
