@@ -117,6 +117,12 @@ class ArithCodegen:
     def select(self, e: Select) -> ir.Value:
         b = self.builder
         c = self.expr(e.cond)
+        if self.vec is not None and self.vec.uniform(e.cond):
+            # every lane takes the same arm: a branch (only the taken arm's loads run)
+            c0 = b.extract_element(c, ir.Constant(ir.IntType(32), 0)) \
+                if isinstance(c.type, ir.VectorType) else c
+            return self.branch_value(c0, lambda: self.expr(e.true_value),
+                                     lambda: self.expr(e.false_value), "usel")
         if self.vec is not None:  # each arm reads only in the lanes that take it
             with self.vec.masked(self, c):
                 tv = self.expr(e.true_value)

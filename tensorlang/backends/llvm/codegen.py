@@ -352,7 +352,7 @@ class FunctionCodegen(ArithCodegen):
                     self.carry_value = v
         elif isinstance(s, For):
             self.loop(s)
-        elif isinstance(s, If) and self.vec is not None:
+        elif isinstance(s, If) and self.vec is not None and not self.vec.uniform(s.cond):
             c = self.expr(s.cond)
             # `lane var < bound` (a vector tail's guard, bound > first lane) keeps lane 0 on
             tail = isinstance(s.cond, LT) and isinstance(s.cond.a, Var) and \
@@ -364,6 +364,8 @@ class FunctionCodegen(ArithCodegen):
                     self.stmt(s.else_body)
         elif isinstance(s, If):
             c = self.expr(s.cond)
+            if isinstance(c.type, ir.VectorType):    # a condition alike in every lane
+                c = b.extract_element(c, ir.Constant(I32, 0))
             if s.else_body is None:
                 with b.if_then(c):
                     self.stmt(s.then_body)
