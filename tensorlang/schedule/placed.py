@@ -7,6 +7,8 @@ measure sets. The cost model's machine (cycles, bandwidths, latencies) is in cos
 
 from __future__ import annotations
 
+import math
+
 import islpy as isl
 
 from ..polyhedral.placement import loop_prefix
@@ -77,6 +79,7 @@ class _Stmt:
         self.trips = self._trips()
         self._feet: dict[tuple[int, int], list[int]] = {}    # footprint(m, d), computed once
         self.recurrences: list[isl.Map] = []                 # self flow deps (placed_...)
+        self.local_elems: dict[str, tuple[int, int]] = {}    # (placed_statements)
         self.accesses = []                # (tensor name, is write, is local, map, bytes)
         self.strides = []                 # per access: bytes between neighbours, per dim
         for acc, write in ((e.reads, False), (e.writes, True)):
@@ -190,9 +193,17 @@ def placed_statements(s) -> list[_Stmt]:
     names = {k: b.name for k, b in prog.bufs.items()}
     itemsize = {k: b.dtype.itemsize for k, b in prog.bufs.items()}
     strides = {k: _strides(b) for k, b in prog.bufs.items()}
+    local_elems: dict[str, tuple[int, int]] = {}   # a local buffer: (elements, prefix loops)
+    for L in pl.locals:
+        try:
+            local_elems[names[id(L.tensor)]] = (
+                math.prod(int(x.value) for x in L.buffer.shape), L.n_prefix)
+        except (AttributeError, TypeError, ValueError, KeyError):
+            continue                        # a size that depends on the parameters
     out = []
     for e in pl.entries:
         st = _Stmt(e, ctx, names, local_ids, itemsize, strides)
+        st.local_elems = local_elems
         st.recurrences = [d.rel.intersect_params(ctx) for d in deps if d.kind == "RAW" and
                           not d.reduction and d.src == d.dst == e.stmt.name]
         out.append(st)
