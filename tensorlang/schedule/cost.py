@@ -295,6 +295,13 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None,
     lanes = max(1, tgt.vector_lanes("float32"))
     cores = tgt.cores
     kinds = _as_compiled(st, [lp.kind for lp in e.loops])
+    for name, _, local, m, _ in st.accesses:
+        if local and name in promoted:
+            # the loops that move a buffer kept in registers are unrolled (that is how
+            # its indices became constants)
+            for d in range(st.local_elems[name][1], n):
+                if kinds[d] is LoopKind.SERIAL and st.footprint(m, d) != st.footprint(m, d - 1):
+                    kinds[d] = LoopKind.UNROLLED
     iters = [1]
     for t in trips:
         iters.append(iters[-1] * t)            # iters[d + 1]: iterations of loops 0..d
