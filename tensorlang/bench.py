@@ -567,10 +567,15 @@ def _table(names, quick, results, notes, flops, bw, bits) -> str:
              "(the best of numpy copies and adds in every core).", "",
              "Best of the rounds (the VM slows whole processes at times); every system in its "
              "own process, taken in turn; higher is better. Ratio: tensorlang / the best of "
-             "the other systems measured.", "",
+             "the other systems measured. Paired: the median over the rounds of that ratio "
+             "within each round (the systems of a round run minutes apart at most, so a "
+             "slow or fast phase of the machine — its DRAM bandwidth moved between ~45 and "
+             "~88 GB/s within minutes on a Zen 5 VM — counts for all of them alike, where "
+             "the best rounds may come from different phases).", "",
              "| kernel | size | unit | " + " | ".join(SYSTEMS) +
-             " | tensorlang / best other | tensorlang, fraction of peak |",
-             "|" + "---|" * (len(SYSTEMS) + 5)]
+             " | tensorlang / best other | paired, median of the rounds "
+             "| tensorlang, fraction of peak |",
+             "|" + "---|" * (len(SYSTEMS) + 6)]
     foot = []
     for n in names:
         k = KERNELS[n]
@@ -587,13 +592,27 @@ def _table(names, quick, results, notes, flops, bw, bits) -> str:
         others = [v for s, v in med.items() if s != "tensorlang"]
         ratio = f"{med['tensorlang'] / max(others):.2f}" if others and "tensorlang" in med \
             else "—"
+        paired = _paired(results, n)
         peak = {"flops": flops / 1e9, "bandwidth": bw / 1e9}.get(k.bound)
         frac = f"{med['tensorlang'] / peak:.2f}" if peak and "tensorlang" in med else "—"
         lines.append(f"| {n} | {k.size(quick)} | {k.unit} | " + " | ".join(cells) +
-                     f" | {ratio} | {frac} |")
+                     f" | {ratio} | {paired} | {frac} |")
     if foot:
         lines += ["", "Notes:"] + sorted(set(foot))
     return "\n".join(lines) + "\n"
+
+
+def _paired(results, n) -> str:
+    """The median over the rounds of tensorlang / the best other system in that round;
+    "—" unless every system measured has a value in every round (an error in one round
+    would pair values of different rounds)."""
+    mine = results.get((n, "tensorlang"))
+    others = [v for (kn, s), v in results.items() if kn == n and s != "tensorlang"]
+    if not mine or not others or any(len(v) != len(mine) for v in others):
+        return "—"
+    ratios = sorted(mine[r] / max(v[r] for v in others) for r in range(len(mine)))
+    mid = len(ratios) // 2
+    return f"{ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2:.2f}"
 
 
 def _chart(names, quick, results, flops, bw, path) -> None:

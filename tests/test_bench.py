@@ -42,3 +42,16 @@ def test_peak_is_measured_and_unknown_kernels_are_refused(tmp_path):
     with pytest.raises(ValueError, match="unknown kernel"):
         bench.run(str(tmp_path), quick=True, kernels=["fft"], progress=lambda *_: None)
     assert os.cpu_count() >= 1
+
+
+def test_the_paired_ratio_is_the_median_of_each_rounds_ratio():
+    """Round by round: tensorlang / the best other of that round, the median of those; a
+    system with a round missing leaves it blank rather than pairing different rounds."""
+    n = "E = D + (A+B)*C"
+    results = {(n, "tensorlang"): [100.0, 80.0, 90.0], (n, "tvm"): [50.0, 100.0, 60.0],
+               (n, "halide"): [90.0, 70.0, 95.0]}
+    # rounds: 100/90, 80/100, 90/95 -> 1.11, 0.80, 0.95: the median 0.95 (best-of: 1.00)
+    assert bench._paired(results, n) == "0.95"
+    results[(n, "halide")] = [90.0, 70.0]
+    assert bench._paired(results, n) == "—"
+    assert bench._paired({(n, "tensorlang"): [1.0, 2.0]}, n) == "—"
