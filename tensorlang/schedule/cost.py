@@ -635,8 +635,40 @@ def _carry_distance(st: _Stmt, r: int) -> int:
 
 
 def _moving(st: _Stmt, m: isl.Map) -> list[int]:
-    """The dimensions of an access that move with the innermost loop."""
-    return [k for k, x in enumerate(st.footprint(m, st.n - 2)) if x > 1]
+    """The dimensions of an access that move with the innermost loop. A fused innermost
+    loop runs over several dimensions at once: those that one step of it moves (its
+    typical step, the one of least address change: out[i0, i1] = in[i1, i0] fused walks
+    `in` down its columns, though the fused loop's footprint covers both dimensions)."""
+    moving = [k for k, x in enumerate(st.footprint(m, st.n - 2)) if x > 1]
+    if len(moving) > 1 and st.e.loops[-1].name.endswith(".fused"):
+        step = _fused_step(st, m)
+        if step is not None:
+            return [k for k, x in enumerate(step) if x]
+    return moving
+
+
+def _fused_step(st: _Stmt, m: isl.Map) -> list[int] | None:
+    """The change of an access's indices from one iteration of the innermost loop to the
+    next with the loops around it fixed, the one of least address change among them (the
+    others: where the fused loop wraps to the next row); None past a few of them."""
+    n = st.n
+    lp = st.prefix[n - 1]
+    a = lp.reverse().apply_range(m)                       # loop values -> element
+    loops = ", ".join(f"l{k}" for k in range(n))
+    nxt = ", ".join(f"l{k}" if k < n - 1 else f"l{k} + 1" for k in range(n))
+    step = isl.Map(f"{{ [{loops}] -> [{nxt}] }}").align_params(a.get_space())
+    deltas = a.reverse().apply_range(step).apply_range(a).deltas()
+    points: list[list[int]] = []
+
+    def add(pt):
+        if len(points) <= 16:
+            points.append([_val(pt.get_coordinate_val(isl.dim_type.set, k))
+                           for k in range(deltas.dim(isl.dim_type.set))])
+    deltas.foreach_point(add)
+    strides = next((s for (_, _, _, mm, _), s in zip(st.accesses, st.strides) if mm is m), ())
+    if not points or len(points) > 16 or len(strides) != len(points[0]):
+        return None
+    return min(points, key=lambda d: abs(sum(x * s for x, s in zip(d, strides))))
 
 
 def _moving_vars(st: _Stmt, r: int, names: set[str]) -> set[str]:
