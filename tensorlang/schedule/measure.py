@@ -26,9 +26,11 @@ def measure(s, target="llvm", runs: int = 3) -> float:
 def measure_many(schedules, target="llvm", rounds: int = 3) -> list[float]:
     """Seconds per call of each schedule's kernel (the host only), timed in turn
     (`time_in_turn`) on random inputs. Schedules of one program share their arrays: where
-    an array's pages lie is not the schedule's doing (a heat stencil's 1 MiB output on a
-    fresh mmap measured 0.18 ms, on recycled pages 0.034, on Zen 5), and a candidate
-    timed on arrays of its own would be ranked by its pages as much as by its loops."""
+    an array lies is not the schedule's doing, and a candidate timed on arrays of its own
+    is ranked by them as much as by its loops (before lane-uniform conditions became
+    branches, a heat stencil's explicit-vector schedules ran 0.18 ms on a fresh mmap and
+    0.034 on recycled heap pages, Zen 5; alignment and 4 KiB aliasing between arrays
+    still vary with the allocation)."""
     from ..driver import build
 
     calls = []

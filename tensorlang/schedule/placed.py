@@ -79,7 +79,7 @@ class _Stmt:
         self.trips = self._trips()
         self._feet: dict[tuple[int, int], list[int]] = {}    # footprint(m, d), computed once
         self.recurrences: list[isl.Map] = []                 # self flow deps (placed_...)
-        self.local_elems: dict[str, tuple[int, int]] = {}    # (placed_statements)
+        self.local_elems: dict[str, tuple[int, int]] = {}    # local: (size, loops)
         self.accesses = []                # (tensor name, is write, is local, map, bytes)
         self.strides = []                 # per access: bytes between neighbours, per dim
         for acc, write in ((e.reads, False), (e.writes, True)):
