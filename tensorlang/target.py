@@ -244,15 +244,17 @@ class Target:
 
 
 _CACHES: list = []
+_SYS_CACHES: list = []
 
 
-def _host_caches() -> tuple[int, int, int] | None:
-    """(L1 data, L2, last level) of cpu0 from /sys/devices/system/cpu, or None."""
-    if _CACHES:
-        return _CACHES[0]
+def _sys_caches() -> dict[int, tuple[int, int]]:
+    """{level: (bytes, ways)} of cpu0's data (or unified) caches from
+    /sys/devices/system/cpu, read once."""
+    if _SYS_CACHES:
+        return _SYS_CACHES[0]
     import glob
 
-    sizes: dict[int, int] = {}
+    out: dict[int, tuple[int, int]] = {}
     for d in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*"):
         try:
             with open(f"{d}/type") as f:
@@ -262,13 +264,24 @@ def _host_caches() -> tuple[int, int, int] | None:
                 level = int(f.read())
             with open(f"{d}/size") as f:
                 text = f.read().strip()
+            try:
+                with open(f"{d}/ways_of_associativity") as f:
+                    ways = int(f.read())
+            except (OSError, ValueError):
+                ways = 0
+            unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+            out[level] = (int(text.rstrip("KMG")) * unit, ways)
         except (OSError, ValueError):
             continue
-        unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-        try:
-            sizes[level] = int(text.rstrip("KMG")) * unit
-        except ValueError:
-            continue
+    _SYS_CACHES.append(out)
+    return out
+
+
+def _host_caches() -> tuple[int, int, int] | None:
+    """(L1 data, L2, last level) of cpu0 from /sys/devices/system/cpu, or None."""
+    if _CACHES:
+        return _CACHES[0]
+    sizes = {level: size for level, (size, _) in _sys_caches().items()}
     got = None
     if 1 in sizes and 2 in sizes:
         got = (sizes[1], sizes[2], sizes.get(3, sizes[2]))
@@ -278,21 +291,7 @@ def _host_caches() -> tuple[int, int, int] | None:
 
 def _host_l1_ways() -> int | None:
     """Ways of cpu0's L1 data cache from /sys/devices/system/cpu, or None."""
-    import glob
-
-    for d in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")):
-        try:
-            with open(f"{d}/level") as f:
-                if int(f.read()) != 1:
-                    continue
-            with open(f"{d}/type") as f:
-                if f.read().strip() == "Instruction":
-                    continue
-            with open(f"{d}/ways_of_associativity") as f:
-                return int(f.read()) or None
-        except (OSError, ValueError):
-            continue
-    return None
+    return _sys_caches().get(1, (0, 0))[1] or None
 
 
 def _arch(triple: str) -> str:
