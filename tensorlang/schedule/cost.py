@@ -313,7 +313,8 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None,
     if n and kinds[-1] is LoopKind.VECTORIZED:
         v = min(lanes, trips[-1])
     autovec = 1
-    carried = r >= 0 and _carried(st, r)
+    distance = _carry_distance(st, r)         # None: loop r carries no recurrence
+    carried = distance is not None
     minmax = v == 1 and r >= 0 and trips[r] >= lanes and _minmax_along(st, r)
     if v == 1 and r >= 0 and trips[r] >= lanes and not carried and \
             (minmax or _llvm_vectorises(st, r)):
@@ -418,7 +419,7 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None,
         # the row's vectors: 255 apart) leaves d - 1 independent blocks between: each
         # waits for 1/d of the chain (the heat stencil fused so: 0.028 ms measured, as
         # fast as unfused, where the chain at distance 1 predicted 0.088)
-        chain = max(chain, latency * window / _carry_distance(st, r))
+        chain = max(chain, latency * window / distance)
     # the loop's own instructions, once a block: LLVM's vector loop (autovec) runs
     # INTERLEAVE vectors an iteration (the heat stencil's row, declared: 0.026-0.028 ms
     # where explicit vectors of 16 ran 0.034, Zen 5)
@@ -593,26 +594,15 @@ def _carried(st: _Stmt, r: int) -> bool:
     Program.deps): an element it writes is read by a later iteration of loop r within the
     same iteration of the loops around it (a recurrence along loop r; a reduction's
     updates are not one)."""
+    return _carry_distance(st, r) is not None
+
+
+def _carry_distance(st: _Stmt, r: int) -> int | None:
+    """The fewest iterations of loop r between an element's write and its read by a later
+    iteration of loop r, the loops around it fixed (isl: the smallest positive delta along
+    loop r of the statement's own flow dependences); None when loop r carries none."""
     if r < 0:
-        return False
-    lp = st.prefix[r]
-    zero = isl.Val.zero(lp.get_ctx())
-    for rel in st.recurrences:
-        loops = lp.reverse().apply_range(rel).apply_range(lp)
-        if loops.is_empty():
-            continue
-        along = loops.deltas()
-        for k in range(r):
-            along = along.fix_val(isl.dim_type.set, k, zero)
-        if not along.is_subset(along.fix_val(isl.dim_type.set, r, zero)):
-            return True
-    return False
-
-
-def _carry_distance(st: _Stmt, r: int) -> int:
-    """The fewest iterations of loop r between an element's write and a read of it by a
-    later iteration of loop r (the loops around it fixed): isl's smallest positive delta
-    along loop r of the statement's own flow dependences; 1 when there is none."""
+        return None
     lp = st.prefix[r]
     zero = isl.Val.zero(lp.get_ctx())
     best = None
@@ -631,7 +621,7 @@ def _carry_distance(st: _Stmt, r: int) -> int:
             continue
         d = _val(along.lexmin().sample_point().get_coordinate_val(isl.dim_type.set, 0))
         best = d if best is None else min(best, d)
-    return max(1, best or 1)
+    return best
 
 
 def _moving(st: _Stmt, m: isl.Map) -> list[int]:
