@@ -1,8 +1,9 @@
 """The isl facts of a schedule's statements as placed, at concrete sizes: what the cost
 model (`cost.py`) reads of each statement — its loops' trip counts (the values each loop
 takes, counted by isl), the footprint of each access per loop level (the first and last
-points of each projection), the accesses with their strides — and the isl helpers that
-measure sets. The cost model's machine (cycles, bandwidths, latencies) is in cost.py.
+points of each projection), the accesses with their strides, which dimensions and
+variables a loop moves, which loop carries a recurrence and how far — and the isl helpers
+that measure sets. The cost model's machine (cycles, bandwidths, latencies) is in cost.py.
 """
 
 from __future__ import annotations
@@ -207,4 +208,111 @@ def placed_statements(s) -> list[_Stmt]:
         st.recurrences = [d.rel.intersect_params(ctx) for d in deps if d.kind == "RAW" and
                           not d.reduction and d.src == d.dst == e.stmt.name]
         out.append(st)
+    return out
+
+
+# ------------------------------------------------------------ which way loops move
+def _carried(st: _Stmt, r: int) -> bool:
+    """Whether loop r carries one of the statement's own flow dependences (isl's, from
+    Program.deps): an element it writes is read by a later iteration of loop r within the
+    same iteration of the loops around it (a recurrence along loop r; a reduction's
+    updates are not one)."""
+    return _carry_distance(st, r) is not None
+
+
+def _carry_distance(st: _Stmt, r: int) -> int | None:
+    """The fewest iterations of loop r between an element's write and its read by a later
+    iteration of loop r, the loops around it fixed (isl: the smallest positive delta along
+    loop r of the statement's own flow dependences); None when loop r carries none."""
+    if r < 0:
+        return None
+    lp = st.prefix[r]
+    zero = isl.Val.zero(lp.get_ctx())
+    best = None
+    for rel in st.recurrences:
+        loops = lp.reverse().apply_range(rel).apply_range(lp)
+        if loops.is_empty():
+            continue
+        along = loops.deltas()
+        for k in range(r):
+            along = along.fix_val(isl.dim_type.set, k, zero)
+        n = along.dim(isl.dim_type.set)
+        along = along.project_out(isl.dim_type.set, r + 1, n - r - 1)
+        along = along.project_out(isl.dim_type.set, 0, r)
+        along = along.intersect(isl.Set("{ [x] : x > 0 }").align_params(along.get_space()))
+        if along.is_empty():
+            continue
+        d = _val(along.lexmin().sample_point().get_coordinate_val(isl.dim_type.set, 0))
+        best = d if best is None else min(best, d)
+    return best
+
+
+def _moving(st: _Stmt, m: isl.Map) -> list[int]:
+    """The dimensions of an access that move with the innermost loop. A fused innermost
+    loop runs over several dimensions at once: those that one step of it moves (its
+    typical step, the one of least address change: out[i0, i1] = in[i1, i0] fused walks
+    `in` down its columns, though the fused loop's footprint covers both dimensions)."""
+    moving = [k for k, x in enumerate(st.footprint(m, st.n - 2)) if x > 1]
+    if len(moving) > 1 and st.e.loops[-1].name.endswith(".fused"):
+        step = _fused_step(st, m)
+        if step is not None:
+            return [k for k, x in enumerate(step) if x]
+    return moving
+
+
+def _fused_step(st: _Stmt, m: isl.Map) -> list[int] | None:
+    """The change of an access's indices from one iteration of the innermost loop to the
+    next with the loops around it fixed, the one of least address change among them (the
+    others: where the fused loop wraps to the next row); None past a few of them."""
+    n = st.n
+    lp = st.prefix[n - 1]
+    a = lp.reverse().apply_range(m)                       # loop values -> element
+    loops = ", ".join(f"l{k}" for k in range(n))
+    nxt = ", ".join(f"l{k}" if k < n - 1 else f"l{k} + 1" for k in range(n))
+    step = isl.Map(f"{{ [{loops}] -> [{nxt}] }}").align_params(a.get_space())
+    deltas = a.reverse().apply_range(step).apply_range(a).deltas()
+    points: list[list[int]] = []
+
+    def add(pt):
+        if len(points) <= 16:
+            points.append([_val(pt.get_coordinate_val(isl.dim_type.set, k))
+                           for k in range(deltas.dim(isl.dim_type.set))])
+    deltas.foreach_point(add)
+    strides = next((s for (_, _, _, mm, _), s in zip(st.accesses, st.strides) if mm is m), ())
+    if not points or len(points) > 16 or len(strides) != len(points[0]):
+        return None
+    return min(points, key=lambda d: abs(sum(x * s for x, s in zip(d, strides))))
+
+
+def _moving_vars(st: _Stmt, r: int, names: set[str]) -> set[str]:
+    """Those of `names` (statement variables) whose value changes along loop r with every
+    other loop fixed (the loops around it and inside it); all of them when r < 0 or when
+    loop r cannot change alone (isl: two loop vectors that differ in loop r alone give two
+    values of the variable)."""
+    rev = st.e.lmap.reverse()                           # loop values -> statement point
+    n = rev.dim(isl.dim_type.out)
+    dims = {rev.get_dim_name(isl.dim_type.out, k): k for k in range(n)}
+    if r < 0:
+        return set(names)
+    nl = rev.dim(isl.dim_type.in_)
+    loops = ", ".join(f"l{t}" for t in range(nl))
+    other = ", ".join(f"l{t}" if t != r else "m" for t in range(nl))
+    step = isl.Map(f"{{ [{loops}] -> [{other}] }}").align_params(rev.get_space())
+    feasible = rev.domain()
+    step = step.intersect_domain(feasible).intersect_range(feasible)
+    zeros = ", ".join(["0"] * nl)
+    if step.deltas().is_subset(isl.Set(f"{{ [{zeros}] }}").align_params(step.get_space())):
+        # loop r cannot move alone (loops inside it run over ranges that move with it:
+        # a tile's rows 8 l0 .. 8 l0 + 7): every variable counts as moving
+        return set(names)
+    out = set()
+    for name in names:
+        k = dims.get(name)
+        if k is None:
+            continue
+        one = rev.project_out(isl.dim_type.out, k + 1, n - k - 1).project_out(
+            isl.dim_type.out, 0, k)
+        pairs = one.reverse().apply_range(step).apply_range(one)
+        if not pairs.deltas().is_subset(isl.Set("{ [0] }").align_params(pairs.get_space())):
+            out.add(name)
     return out
