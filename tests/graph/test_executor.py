@@ -288,6 +288,34 @@ def test_reduce_schedule_is_vectorised_and_not_refused(shape, axis, op, monkeypa
     assert "was refused" not in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("op", ["sum", "layer_norm"])
+def test_row_sums_keep_independent_vector_chains(op):
+    """A sum along memory of at least 2 * SUM_CHAINS vectors accumulates in SUM_CHAINS
+    vectors of partial sums (a buffer of SUM_CHAINS * lanes), added into one vector, then
+    its lanes; a shorter one in one vector. numpy's results at lengths around the
+    threshold, primes and one."""
+    from tensorlang.graph import cpu_schedules as C
+
+    lanes = C._lanes("float32")
+    edge = 2 * C.SUM_CHAINS * lanes
+    for n in (1, 7, edge - 1, edge, edge + 1, 1031):
+        xv = R.standard_normal((5, n)).astype("f4")
+        x = G.Variable("x", (5, n), "float32")
+        node = G.sum(x, axis=-1) if op == "sum" else G.layer_norm(x)
+        ex = G.Executor([node])
+        (got,) = ex.run({x: xv})
+        if op == "sum":
+            want = xv.astype("f8").sum(-1)
+        else:
+            xd = xv.astype("f8")
+            want = (xd - xd.mean(-1, keepdims=True)) / np.sqrt(xd.var(-1, keepdims=True) + 1e-5)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        (step,) = ex._last.steps
+        lowered = str(step.kernel.lowered)
+        chained = f"[{C.SUM_CHAINS * lanes}, " in lowered
+        assert chained == (C.SUM_CHAINS > 1 and n >= edge), (n, lowered)
+
+
 def test_layer_norm_schedules_are_not_refused(monkeypatch, capsys):
     monkeypatch.setenv("TL_DEBUG", "1")
     x = G.Variable("x", (48, 96), "float32")
