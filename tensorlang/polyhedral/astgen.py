@@ -419,9 +419,38 @@ def generate_loops(timed: list[TimedStatement], context: isl.Set,
     for k in range(width):
         ids = ids.add(isl.Id(f"t{k}"))
     build = isl.AstBuild.from_context(context).set_iterators(ids)
+    executed: list[isl.UnionSet] = []
+
+    def at_domain(node, leaf):          # the instances each statement call runs
+        executed.append(leaf.get_schedule().domain())
+        return node
+    build, _keep = build.set_at_each_domain(at_domain)
     root = build.node_from_schedule_map(union)
+    _check_coverage(union.domain().intersect_params(context), executed)
     body = _Translator(timed, params, locals_).node(root)
     return _allocate_rest(body, locals_)
+
+
+def _check_coverage(want: isl.UnionSet, executed: list[isl.UnionSet]) -> None:
+    """Every statement instance must be run by some call in isl's AST. islpy 2026.2.2's isl
+    drops instances of a loop whose values are strided with an offset that is a floor of
+    an outer loop ({ S[p, i] -> [p, 2i + floor(p/4)] : 0 <= p < 8, 0 <= i < 2 } gives
+    S(p, 0) alone: a producer's fused loop split by 4 and computed at its consumer's
+    column loop computed half its rows, and the consumer read the rest uninitialised);
+    2026.2.1 and earlier are right, and pyproject.toml excludes it. A wrong loop nest is
+    never emitted: the missing instances are an error."""
+    got = want.empty(want.get_space())
+    for e in executed:
+        got = got.union(e)
+    missing = want.subtract(got)
+    if missing.is_empty():
+        return
+    point = missing.sample_point()
+    raise TensorlangError(
+        f"internal: isl's AST generator (islpy {getattr(isl, '__version__', '?')}) left "
+        f"out statement instances, e.g. {point}; the loop nest would be wrong. islpy "
+        "2026.2.2 has this bug (strided loops whose offset is a floor of an outer loop): "
+        "install another version (pip install 'islpy!=2026.2.2')")
 
 
 def _free_use(s: Stmt, buf) -> bool:
