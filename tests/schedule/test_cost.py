@@ -632,6 +632,52 @@ def test_statements_sharing_one_unrolled_block_share_its_issue_slots(monkeypatch
     assert cost.estimate(small, tgt).seconds < cost.estimate(big, tgt).seconds
 
 
+def test_an_index_select_is_addressing_not_arithmetic():
+    """A select in an index (a local buffer's offset in a fused loop, which isl may give
+    piecewise: islpy 2026.2.1 did where 2026.2.2 gave an affine form, and the batched
+    matmul's predictions moved 5x with it) is the address's computation, hoisted or
+    folded: the arithmetic counts the value's operations only."""
+    from tensorlang.schedule.placed import placed_statements
+
+    A = tl.placeholder((64,), "float32", name="A")
+    plain = tl.compute((32,), lambda i: A[i] * 2.0 + 1.0, name="B")
+    picked = tl.compute((32,), lambda i: A[tl.if_then_else(i > 3, i + 5, i)] * 2.0 + 1.0,
+                        name="B")
+    ops = [cost._arith(placed_statements(tl.create_schedule(t))[0].e.stmt.body)[0]
+           for t in (plain, picked)]
+    assert ops[0] == ops[1] == 1
+    masked = tl.compute((32,), lambda i: tl.if_then_else(i > 3, A[i] * 2.0, 0.0), name="B")
+    assert cost._arith(placed_statements(tl.create_schedule(masked))[0].e.stmt.body)[0] > 1
+
+
+def test_a_vector_loop_that_fills_part_of_its_lanes_masks_every_vector():
+    """The first stage computed at tiles of 56 columns, split by 16 from its own column 0:
+    its vectors straddle each tile's window, so the typical run of the vector loop fills
+    8 of 16 lanes and every access is masked (the blur at 1024^2: 0.28 ms measured, where
+    whole vectors had been predicted at 0.07 and the 64-column tile runs 0.06)."""
+    tgt = tl.Target.parse("llvm -mtriple=x86_64-unknown-linux-gnu -mcpu=skylake-avx512")
+
+    def blur(cols):
+        n = 1024
+        X = tl.placeholder((n + 2, n + 2), "float32", name="X")
+        bx = tl.compute((n + 2, n), lambda i, j: X[i, j] + X[i, j + 1] + X[i, j + 2],
+                        name="bx")
+        by = tl.compute((n, n), lambda i, j: bx[i, j] + bx[i + 1, j] + bx[i + 2, j],
+                        name="by")
+        s = tl.create_schedule(by)
+        io, jo, ii, ji = s[by].tile(by.op.axis[0], by.op.axis[1], 4, cols)
+        s[by].vectorize(s[by].split(ji, factor=16)[1])
+        bo, bi = s[bx].split(bx.op.axis[1], factor=64)
+        bio, bii = s[bx].split(bi, factor=16)
+        s[bx].vectorize(bii)
+        s[bx].unroll(bio)
+        s[bx].compute_at(s[by], jo)
+        return {c.name: c for c in cost.estimate(s, tgt).statements}["bx"]
+    straddling, whole = blur(56), blur(64)
+    assert "v 8/1" in straddling.block and "v 16/1" in whole.block
+    assert straddling.seconds > 3 * whole.seconds
+
+
 def _heat(fuse: bool, n: int = 1024):
     steps = 64
     X = tl.placeholder((n,), "float32", name="X")
