@@ -678,6 +678,45 @@ def test_a_vector_loop_that_fills_part_of_its_lanes_masks_every_vector():
     assert straddling.seconds > 3 * whole.seconds
 
 
+def test_a_block_whose_own_loops_vary_counts_its_average_work():
+    """The blur's first stage at 14 x 96 tiles with its own columns split by 128: its
+    block's loops vary with the tile (the middle block has 4 vectors, the average 5.8), so
+    the block's cycles scale by isl's instances per block, not the middle one's; the
+    schedule (0.075 ms measured on Zen 5) then ranks behind 6 x 64 tiles with a 16-column
+    split (0.055), which it had been ranked ahead of."""
+    tgt = tl.Target.parse("llvm -mtriple=x86_64-unknown-linux-gnu -mcpu=skylake-avx512")
+
+    def blur(rows, cols, bsplit):
+        n = 1024
+        X = tl.placeholder((n + 2, n + 2), "float32", name="X")
+        bx = tl.compute((n + 2, n), lambda i, j: X[i, j] + X[i, j + 1] + X[i, j + 2],
+                        name="bx")
+        by = tl.compute((n, n), lambda i, j: bx[i, j] + bx[i + 1, j] + bx[i + 2, j],
+                        name="by")
+        s = tl.create_schedule(by)
+        io, jo, ii, ji = s[by].tile(by.op.axis[0], by.op.axis[1], rows, cols)
+        jio, jii = s[by].split(ji, factor=16)
+        s[by].vectorize(jii)
+        s[by].unroll(jio)
+        s[by].parallel(io)
+        bo, bi = s[bx].split(bx.op.axis[1], factor=bsplit)
+        if bsplit > 16:
+            bio, bi = s[bx].split(bi, factor=16)
+            s[bx].unroll(bio)
+        s[bx].vectorize(bi)
+        s[bx].compute_at(s[by], jo)
+        return s
+    wide = blur(14, 96, 128)
+    st = {x.e.orig: x for x in cost.placed_statements(wide)}["bx"]
+    assert not all(st.constant[-3:])
+    rep = {c.name: c for c in cost.estimate(wide, tgt).statements}["bx"]
+    assert rep.block.startswith("13024 blocks")      # the middle block: 4 vectors
+    runs = st.prefix[2].range().count_val().to_python()          # 12892 blocks
+    assert st.prefix[-2].range().count_val().to_python() / runs > 5.5    # vectors a block
+    assert rep.compute_s > 1.3 * 13.0 * runs / cost.GHZ / rep.cores   # not 13 cycles a block
+    assert cost.estimate(blur(6, 64, 16), tgt).seconds < cost.estimate(wide, tgt).seconds
+
+
 def _heat(fuse: bool, n: int = 1024):
     steps = 64
     X = tl.placeholder((n,), "float32", name="X")
