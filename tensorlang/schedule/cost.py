@@ -373,14 +373,33 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None,
     loads = stores = rows = 0.0      # rows: the vectors along a tensor's last axis
     chain = 0.0
     strided = 0.0
+    # vector runs that straddle their vectors (isl: the runs whose first value is not a
+    # multiple of the vector width — a tile whose columns the vector split, made from
+    # column 0, does not divide): their accesses are masked, and a local accumulator
+    # indexed by them is no register tile (a 28-column tile of a batched matmul split by
+    # 16: 2.0 ms measured where 32 columns ran 0.07 and the model had said 0.10). A
+    # row's last vector that stops short (28 columns of a 28-column image) starts on a
+    # multiple: a register tile still (the code generator masks that vector whole),
+    # counted below as a row end.
+    straddle = 0.0
+    if n >= 2 and kinds[-1] is LoopKind.VECTORIZED and v > 1:
+        runs = st.runs(n - 2)
+        width = min(lanes, e.loops[-1].max_extent or lanes)
+        if runs and width > 1:
+            first = isl.Map.from_range(st.prefix[-1].range()).move_dims(
+                isl.dim_type.in_, 0, isl.dim_type.out, 0, n - 1).lexmin()
+            on = isl.Set(f"{{ [x] : x mod {width} = 0 }}").align_params(first.get_space())
+            straddle = max(0.0, 1.0 - _val(first.intersect_range(on).domain().count_val())
+                           / runs)
     # a local accumulator tile larger than the registers (a tile factor a mutation moved
     # to 128 x 8 vectors: predicted 0.14 ms, measured 1.06, its build 4.7 s) spills: each
     # update a load and a store, chained through memory
     spilled = {name for name, write, local, m, _ in st.accesses
                if write and local and r >= 0 and st.footprint(m, r) == st.footprint(m, r - 1)
-               and _count(st.footprint(m, r)) / v > tgt.vector_registers - 2}
+               and (_count(st.footprint(m, r)) / v > tgt.vector_registers - 2 or
+                    straddle > 0.05)}
     for (name, write, local, m, size), stride in zip(st.accesses, st.strides):
-        in_regs = local and (name in promoted or name not in spilled)
+        in_regs = local and name not in spilled
         box = st.footprint(m, r)
         if (v > 1 or autovec > 1) and n and not local:     # (a local buffer is compact)
             # the vector lanes along a dimension other than the last: one access per lane,
@@ -414,7 +433,7 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None,
         if kept and (in_regs or minmax) and not write and \
                 any(w and mm is not m and nm == name for nm, w, _, mm, _ in st.accesses):
             continue                           # the accumulator's read
-        if local and name in promoted:
+        if local and name in promoted and name not in spilled:
             continue                           # a value in a register (`_promoted`)
         vec = _count(box)
         # vectors along the last axis: the vector loop moves the access along it (not a
@@ -477,13 +496,11 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None,
         # (and a store that the next row's loads cannot forward from)
         row = next((st.footprint(m, -1)[-1] for _, w, _, m, _ in st.accesses if w and
                     _moving(st, m) == [len(st.footprint(m, -1)) - 1]), 0)
-        width = min(lanes, e.loops[-1].max_extent or lanes)
-        if v < width:
-            # the typical run of the vector loop fills fewer lanes than it has: every
-            # vector is masked (a stage computed at a 56-column tile, split by 16 from
-            # column 0 of its own: vectors straddle the window; 0.28 ms measured on the
-            # blur where whole vectors predicted 0.07 and ran 0.06)
-            cycles += rows * MASKED_CYCLES
+        if straddle:
+            # straddling runs of the vector loop: their vectors are masked (a stage
+            # computed at a 56-column tile, split by 16 from column 0 of its own: 0.28 ms
+            # measured on the blur where whole vectors predicted 0.07 and ran 0.06)
+            cycles += straddle * rows * MASKED_CYCLES
         elif row % v:
             cycles += rows / -(-row // v) * MASKED_CYCLES
     if autovec > 1:              # vector iterations, then the remainder one by one
@@ -498,10 +515,9 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None,
         # The blur's first stage at 96-column tiles, its own columns split by 128: 4
         # vectors the middle block, 5.8 on average, and its time 30 % low, ranked above
         # tiles that ran 0.055 ms against its 0.075
-        runs = _val(st.prefix[r].range().count_val())
+        runs = st.runs(r)
         if runs:
-            compute_cycles *= _val(st.prefix[-1].range().count_val()) / runs / \
-                (iters[-1] / iters[r + 1])
+            compute_cycles *= st.runs(n - 1) / runs / (iters[-1] / iters[r + 1])
     # each run of a loop outside the block ends in its exit branch: mispredicted when the
     # loop is long or its trip count varies (a stage computed at a tile, clipped to its
     # window), predicted for a short loop of a constant count. A first stage computed at
@@ -533,7 +549,7 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None,
         # loops whose trip count varies (a stage computed at a tile, its rows clipped to
         # the tile's window): the representative iteration's trips are the middle ones,
         # not the average; the blocks the nest really runs are isl's count of loops 0..r
-        scale = _val(st.prefix[r].range().count_val()) / iters[r + 1]
+        scale = st.runs(r) / iters[r + 1]
         compute_cycles *= scale
         traffic = [int(t * scale) for t in traffic]
         lost *= scale

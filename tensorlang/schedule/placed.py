@@ -79,6 +79,7 @@ class _Stmt:
                        for d in range(self.n)]
         self.trips = self._trips()
         self._feet: dict[tuple[int, int], list[int]] = {}    # footprint(m, d), computed once
+        self._runs: dict[int, int] = {}                      # runs(d), computed once
         self.recurrences: list[isl.Map] = []                 # self flow deps (placed_...)
         self.local_elems: dict[str, tuple[int, int]] = {}    # local: (size, loops)
         self.accesses = []                # (tensor name, is write, is local, map, bytes)
@@ -91,6 +92,16 @@ class _Stmt:
                                       m.intersect_params(ctx).intersect_domain(self.dom),
                                       itemsize.get(tid, 4)))
                 self.strides.append(strides.get(tid, ()))
+
+    def runs(self, d: int) -> int:
+        """How many times loop d's body runs in all (isl's count of the values of loops
+        0..d; d = -1: once), computed once."""
+        if d < 0:
+            return 1
+        got = self._runs.get(d)
+        if got is None:
+            got = self._runs[d] = _val(self.prefix[d].range().count_val())
+        return got
 
     def _trips(self) -> list[int]:
         """Values of each loop inside a representative iteration of the loops around it:
