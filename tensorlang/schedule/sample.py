@@ -301,7 +301,10 @@ def _vector_partials(s: Schedule, st, lanes: int, rng: random.Random,
     if ext is None or ext < 2 * lanes or not _reads_along(st, red[-1].var.name):
         _tile_vector(s, st, lanes, rng, parallel)
         return
-    ko, ki = (_try(st, "split", red[-1], factor=lanes) or (None, None))
+    # one vector of partial sums, or two (independent chains, then added into one: the
+    # executor's `_vector_sum`; layer norm's row sums wait on one add's latency a vector)
+    chains = 2 if ext >= 4 * lanes and rng.random() < 0.5 else 1
+    ko, ki = (_try(st, "split", red[-1], factor=lanes * chains) or (None, None))
     if ki is None:
         return
     rf = _try(s, "rfactor", st.op.output, ki)
@@ -311,11 +314,29 @@ def _vector_partials(s: Schedule, st, lanes: int, rng: random.Random,
         return
     rst = s[rf]
     kk, *rest = [a.var.name for a in rst.op.axis]
-    _try(rst, "reorder", *rest, *[a.var.name for a in rst.op.reduce_axis], kk)
-    _try(rst, "vectorize", kk)
+    rk = [a.var.name for a in rst.op.reduce_axis]
+    partials = [rst]
+    if chains > 1 and _try(rst, "split", kk, factor=lanes) is not None:
+        _try(rst, "reorder", *rest, *rk, f"{kk}.outer", f"{kk}.inner")
+        _try(rst, "unroll", f"{kk}.outer")
+        _try(rst, "vectorize", f"{kk}.inner")
+        main = s[st.op.output]
+        last = main.leaf_iter_vars[-1]
+        co, ci = (_try(main, "split", last, factor=lanes) or (None, None))
+        rf2 = _try(s, "rfactor", st.op.output, ci) if ci is not None else None
+        if rf2 is not None:
+            r2 = s[rf2]
+            k2, *rest2 = [a.var.name for a in r2.op.axis]
+            _try(r2, "reorder", *rest2, *[a.var.name for a in r2.op.reduce_axis], k2)
+            _try(r2, "vectorize", k2)
+            partials.insert(0, r2)               # the reader of the chains first
+    else:
+        _try(rst, "reorder", *rest, *rk, kk)
+        _try(rst, "vectorize", kk)
     main = s[st.op.output]
     if main.op.axis and rng.random() < 0.8:   # the partials per output element
-        _try(rst, "compute_at", main, main.op.axis[-1].var.name)
+        for p in partials:
+            _try(p, "compute_at", main, main.op.axis[-1].var.name)
     if parallel:
         _parallel_outer(main, rng)
 

@@ -529,3 +529,55 @@ def test_candidates_of_one_program_are_timed_on_the_same_arrays(monkeypatch):
     s2[B].vectorize(B.op.axis[1])
     measure.measure_many([s1, s2, tl.create_schedule(C)], "llvm", rounds=1)
     assert len(set(seen)) == 2, seen   # B's two schedules share; C's shapes differ
+
+
+def test_a_mutated_tile_keeps_whole_vectors_where_its_inner_loop_is_vectorised():
+    """A tile whose inner loop is split into vectors of 16 moves to multiples of 16 only
+    (28 columns leave every tile's vectors straddling it); its other factor and plain
+    splits move freely among the factors."""
+    import random
+
+    from tensorlang.schedule import auto
+    from tensorlang.schedule.schedule import Call, TraceEntry
+
+    trace = [TraceEntry("C", Call("tile", ("i", "j", 16, 32), ())),
+             TraceEntry("C", Call("split", ("j.inner",), (("factor", 16),))),
+             TraceEntry("C", Call("vectorize", ("j.inner.inner",), ())),
+             TraceEntry("D", Call("split", ("j",), (("factor", 64),))),
+             TraceEntry("D", Call("split", ("j.inner",), (("factor", 16),))),
+             TraceEntry("D", Call("vectorize", ("j.inner.inner",), ()))]
+    rng = random.Random(3)
+    rows, cols, outer = set(), set(), set()
+    for _ in range(400):
+        child = auto._mutate(trace, rng)
+        assert child[1] == trace[1] and child[4] == trace[4]   # the vector splits stay
+        rows.add(child[0].call.args[2])
+        cols.add(child[0].call.args[3])
+        outer.add(dict(child[3].call.kwargs)["factor"])
+    assert cols - {32} and all(c % 16 == 0 for c in cols)
+    assert outer - {64} and all(c % 16 == 0 for c in outer)
+    assert any(r % 16 for r in rows)                 # the rows: any factor
+
+
+def test_sampled_row_sums_keep_one_or_two_vector_chains_and_match_numpy():
+    """The sampler's sum along memory: one vector of partial sums or two independent
+    chains added into one (the executor's `_vector_sum`); both kinds are sampled, and
+    every one matches numpy at a length that no chain width divides."""
+    import random
+
+    from tensorlang.schedule import sample as S
+
+    n = 16 * 8 + 5
+    X = tl.placeholder((6, n), "float32", name="X")
+    r = tl.reduce_axis((0, n), name="r")
+    Y = tl.compute((6,), lambda i: tl.sum(X[i, r], axis=r), name="Y")
+    x = np.random.default_rng(0).standard_normal((6, n)).astype("f4")
+    kinds = set()
+    for seed in range(40):
+        s = S.sample(Y, "llvm", random.Random(seed))
+        text = s.trace_text()
+        kinds.add(text.count("rfactor"))
+        y = np.zeros(6, "f4")
+        tl.build(s, [X, Y])(x, y)
+        np.testing.assert_allclose(y, x.astype("f8").sum(1), rtol=1e-5, atol=1e-4)
+    assert {1, 2} <= kinds
