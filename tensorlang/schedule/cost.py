@@ -382,15 +382,16 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None,
     # multiple: a register tile still (the code generator masks that vector whole),
     # counted below as a row end.
     straddle = 0.0
-    if n >= 2 and kinds[-1] is LoopKind.VECTORIZED and v > 1:
-        runs = st.runs(n - 2)
+    if n >= 2 and kinds[-1] is LoopKind.VECTORIZED and v > 1 and e.own_start > 0:
+        # (a stage at root splits its own axes from 0: its vectors cannot straddle)
         width = min(lanes, e.loops[-1].max_extent or lanes)
-        if runs and width > 1:
+        if width > 1:
             first = isl.Map.from_range(st.prefix[-1].range()).move_dims(
                 isl.dim_type.in_, 0, isl.dim_type.out, 0, n - 1).lexmin()
-            on = isl.Set(f"{{ [x] : x mod {width} = 0 }}").align_params(first.get_space())
-            straddle = max(0.0, 1.0 - _val(first.intersect_range(on).domain().count_val())
-                           / runs)
+            off = isl.Set(f"{{ [x] : x mod {width} > 0 }}").align_params(first.get_space())
+            off = first.intersect_range(off)
+            if not off.is_empty() and st.runs(n - 2):
+                straddle = min(1.0, _val(off.domain().count_val()) / st.runs(n - 2))
     # a local accumulator tile larger than the registers (a tile factor a mutation moved
     # to 128 x 8 vectors: predicted 0.14 ms, measured 1.06, its build 4.7 s) spills: each
     # update a load and a store, chained through memory
