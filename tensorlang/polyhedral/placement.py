@@ -499,6 +499,7 @@ def _local_buffers(prog, states, sid, foot: isl.Map, k: int, scope) -> list[Loca
     for d in range(n):
         lo, hi = foot.dim_min(d), foot.dim_max(d)
         ext = hi.sub(lo).add(isl.PwAff.val_on_domain(lo.domain(), isl.Val(1)))
+        lo = _one_piece_corner(foot, d, offs, lo)
         mx = pw_extremes(ext)[1]
         if mx.is_int():
             shape.append(Const(max(mx.to_python(), 0), int64))
@@ -512,6 +513,36 @@ def _local_buffers(prog, states, sid, foot: isl.Map, k: int, scope) -> list[Loca
         buf = Buffer(g.name, tuple(shape), g.dtype, scope_name)
         out.append(LocalBuffer(sid, t, buf, k, tuple(scope), tuple(offs), foot))
     return out
+
+
+def _one_piece_corner(foot: isl.Map, d: int, outer: list, lo: isl.PwAff) -> isl.PwAff:
+    """The footprint's least index along d as one quasi-affine piece where isl gave
+    several: the least index given the corner's earlier dimensions (`outer`), composed
+    with them, when that equals `lo`. Under a fused loop f = 16 i + i1.outer, islpy
+    2026.2.1 gives the rows' corner 8 (f mod 16) as three pieces (0 where f mod 16 = 0,
+    8 f - 896 past 112, ...): a local buffer indexed by `i1 - select(...)` is not a
+    register tile for LLVM (the batched matmul's 8 x 48 tiles ran 4x slower); composed
+    from the batch's corner floor(f / 16) it is 8 f - 128 floor(f / 16), one piece."""
+    if d == 0 or lo.n_piece() <= 1:
+        return lo
+    n, np_ = foot.dim(isl.dim_type.out), foot.dim(isl.dim_type.in_)
+    rest = foot.project_out(isl.dim_type.out, d + 1, n - d - 1).move_dims(
+        isl.dim_type.in_, np_, isl.dim_type.out, 0, d)
+    alt = rest.dim_min(0)
+    dom = foot.get_space().domain()
+    ls = isl.LocalSpace.from_space(dom)
+    parts = [isl.PwAff.var_on_domain(ls, isl.dim_type.set, j) for j in range(np_)]
+    parts += [o.align_params(dom) for o in outer[:d]]
+    lst = isl.PwAffList.alloc(foot.get_ctx(), len(parts))
+    for x in parts:
+        lst = lst.add(x)
+    space = isl.Space.map_from_domain_and_range(dom, rest.get_space().domain())
+    try:
+        alt = alt.pullback_multi_pw_aff(isl.MultiPwAff.from_pw_aff_list(space, lst))
+    except isl.Error:
+        return lo
+    alt = alt.intersect_domain(lo.domain()).coalesce()
+    return alt if alt.n_piece() < lo.n_piece() and alt.is_equal(lo) else lo
 
 
 def _symbolic_bound(ext: isl.PwAff, prog) -> Expr:

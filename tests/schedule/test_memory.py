@@ -567,3 +567,43 @@ def test_reorder_storage_misuse():
     s[B].split("x", factor=2)
     with pytest.raises(tl.ScheduleError, match="apply reorder_storage first"):
         s[B].reorder_storage("x", "y")
+
+
+def test_a_local_tile_under_a_fused_loop_has_a_one_piece_corner_and_stays_in_registers():
+    """The accumulator tile of a batched matmul under a fused (batch, row-tile) parallel
+    loop: its corner along the rows is 8 (f mod 16) — islpy 2026.2.1 gives it as three
+    pieces, and `i1 - select(...)` kept the tile out of registers (4x slower). The corner
+    is composed from the batch's, one piece: the index is `i1 - f % 16 * 8`, the same
+    expression as the row loop's start, and the tile has no stack access; numpy's
+    result."""
+    import re
+
+    A = tl.placeholder((8, 128, 128), "float32", name="A")
+    B = tl.placeholder((8, 128, 128), "float32", name="B")
+    k = tl.reduce_axis((0, 128), name="k")
+    C = tl.compute((8, 128, 128), lambda b, i, j: tl.sum(A[b, i, k] * B[b, k, j], axis=k),
+                   name="C")
+    s = tl.create_schedule(C)
+    s.cache_write("C", "local")
+    s["C"].tile("i", "j", 8, 48)
+    s["C"].split("j.inner", factor=16)
+    s["C"].vectorize("j.inner.inner")
+    s["C_local"].compute_at("C", "j.outer")
+    s["C_local"].split("j", factor=16)
+    s["C_local"].reorder("b", "k", "i", "j.outer", "j.inner")
+    s["C_local"].unroll("i")
+    s["C_local"].unroll("j.outer")
+    s["C_local"].vectorize("j.inner")
+    s["C"].fuse("b", "i.outer")
+    s["C"].parallel("b.i.outer.fused")
+    text = str(tl.lower(s, [A, B, C]))
+    assert "select" not in text, text
+    tgt = "llvm -mtriple=x86_64-unknown-linux-gnu -mcpu=skylake-avx512"
+    f = tl.build(s, [A, B, C], target=tgt)
+    asm = f.get_source("asm")
+    assert len(re.findall(r"\(%rsp", asm)) < 24, "the tile went to the stack"
+    a = np.random.default_rng(1).standard_normal((8, 128, 128)).astype("f4")
+    b = np.random.default_rng(2).standard_normal((8, 128, 128)).astype("f4")
+    got = np.zeros((8, 128, 128), "f4")
+    tl.build(s, [A, B, C])(a, b, got)
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-3)
