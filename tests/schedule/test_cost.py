@@ -543,10 +543,16 @@ def test_a_nan_ignoring_max_chains_at_the_fma_latency():
     assert row_max(tl.nanmax) < 0.9 * row_max(tl.max)
 
 
-def _blur_at_tile(rows, cols, n=128):
+def _blur_program(n):
+    """The blur's two stages over an n x n output: (X, bx, by)."""
     X = tl.placeholder((n + 2, n + 2), "float32", name="X")
     bx = tl.compute((n + 2, n), lambda i, j: X[i, j] + X[i, j + 1] + X[i, j + 2], name="bx")
     by = tl.compute((n, n), lambda i, j: bx[i, j] + bx[i + 1, j] + bx[i + 2, j], name="by")
+    return X, bx, by
+
+
+def _blur_at_tile(rows, cols, n=128):
+    X, bx, by = _blur_program(n)
     s = tl.create_schedule(by)
     io, jo, ii, ji = s[by].tile(by.op.axis[0], by.op.axis[1], rows, cols)
     if cols > 16:
@@ -658,12 +664,7 @@ def test_a_vector_loop_that_fills_part_of_its_lanes_masks_every_vector():
     tgt = tl.Target.parse("llvm -mtriple=x86_64-unknown-linux-gnu -mcpu=skylake-avx512")
 
     def blur(cols):
-        n = 1024
-        X = tl.placeholder((n + 2, n + 2), "float32", name="X")
-        bx = tl.compute((n + 2, n), lambda i, j: X[i, j] + X[i, j + 1] + X[i, j + 2],
-                        name="bx")
-        by = tl.compute((n, n), lambda i, j: bx[i, j] + bx[i + 1, j] + bx[i + 2, j],
-                        name="by")
+        X, bx, by = _blur_program(1024)
         s = tl.create_schedule(by)
         io, jo, ii, ji = s[by].tile(by.op.axis[0], by.op.axis[1], 4, cols)
         s[by].vectorize(s[by].split(ji, factor=16)[1])
@@ -687,12 +688,7 @@ def test_a_block_whose_own_loops_vary_counts_its_average_work():
     tgt = tl.Target.parse("llvm -mtriple=x86_64-unknown-linux-gnu -mcpu=skylake-avx512")
 
     def blur(rows, cols, bsplit):
-        n = 1024
-        X = tl.placeholder((n + 2, n + 2), "float32", name="X")
-        bx = tl.compute((n + 2, n), lambda i, j: X[i, j] + X[i, j + 1] + X[i, j + 2],
-                        name="bx")
-        by = tl.compute((n, n), lambda i, j: bx[i, j] + bx[i + 1, j] + bx[i + 2, j],
-                        name="by")
+        X, bx, by = _blur_program(1024)
         s = tl.create_schedule(by)
         io, jo, ii, ji = s[by].tile(by.op.axis[0], by.op.axis[1], rows, cols)
         jio, jii = s[by].split(ji, factor=16)
