@@ -262,37 +262,17 @@ SUM_CHAINS = 2   # independent vector partial sums a sum along memory keeps (see
 
 def _vector_sum(s: tl.Schedule, st, k, lanes: int, spatial: list) -> None:
     """The sum of stage `st` over its reduce axis `k` (along memory) as SUM_CHAINS vectors
-    of partial sums (rfactor), added into one vector (rfactor again), whose `lanes` then
-    add in order. One vector of partial sums waits an add's latency (3-4 cycles) a vector,
-    where the core could start two a cycle: layer norm's two row sums held most of its
-    time on Zen 5 (4096 x 1024 rows, two threads: 108 -> 128-156 GB/s with two chains,
-    the same with the rows in L2, so the passes were compute-bound). Four chains ran
-    slower (75 GB/s): LLVM unrolls both passes of a 1024-column row completely and keeps
-    the first pass's 64 loaded vectors for the second, spilling them. A sum shorter than
-    2 * SUM_CHAINS vectors keeps one chain."""
+    of partial sums (`schedule.sample.vector_sum`). One vector of partial sums waits an
+    add's latency (3-4 cycles) a vector, where the core could start two a cycle: layer
+    norm's two row sums held most of its time on Zen 5 (4096 x 1024 rows, two threads:
+    108 -> 128-156 GB/s with two chains, the same with the rows in L2, so the passes were
+    compute-bound). Four chains ran slower (75 GB/s): LLVM unrolls both passes of a
+    1024-column row completely and keeps the first pass's 64 loaded vectors for the
+    second, spilling them. A sum shorter than 2 * SUM_CHAINS vectors keeps one chain."""
+    from ..schedule.sample import vector_sum
+
     chains = SUM_CHAINS if int(k.extent.value) >= 2 * SUM_CHAINS * lanes else 1
-    t = st.op.output
-    ko, ki = st.split(k, factor=lanes * chains)
-    rf = s.rfactor(t, ki)
-    kk, *rest = s[rf].op.axis
-    if chains > 1:
-        kc, kk = s[rf].split(kk, factor=lanes)
-        s[rf].reorder(*rest, *s[rf].op.reduce_axis, kc, kk)
-        s[rf].unroll(kc)
-    else:
-        s[rf].reorder(*rest, *s[rf].op.reduce_axis, kk)
-    s[rf].vectorize(kk)
-    stages = [rf]
-    if chains > 1:                      # the chains' vectors into one
-        co, ci = st.split(st.leaf_iter_vars[-1], factor=lanes)
-        rf2 = s.rfactor(t, ci)
-        kk2, *rest2 = s[rf2].op.axis
-        s[rf2].reorder(*rest2, *s[rf2].op.reduce_axis, kk2)
-        s[rf2].vectorize(kk2)
-        stages.append(rf2)
-    if spatial:         # else (a total): the partial sums at root, then their sum
-        for x in reversed(stages):      # readers first
-            s[x].compute_at(st, st.op.axis[-1])
+    vector_sum(s, st, k, lanes, chains, place=bool(spatial))
 
 
 PACK_MIN_FLOPS = 1 << 21   # a matmul this large packs B (the copy costs n*k, the reuse m/mr)

@@ -295,48 +295,20 @@ def _tile_vector(s: Schedule, st, lanes: int, rng: random.Random,
 def _vector_partials(s: Schedule, st, lanes: int, rng: random.Random,
                      parallel: bool = True) -> None:
     """A reduction along memory: its last reduce loop split by the lanes and rfactored,
-    the partial sums accumulating in a vector."""
+    the partial sums accumulating in one vector or two independent ones (`vector_sum`)."""
     red = st.op.reduce_axis
     ext = _extent(red[-1])
     if ext is None or ext < 2 * lanes or not _reads_along(st, red[-1].var.name):
         _tile_vector(s, st, lanes, rng, parallel)
         return
     # one vector of partial sums, or two (independent chains, then added into one: the
-    # executor's `_vector_sum`; layer norm's row sums wait on one add's latency a vector)
+    # executor's; layer norm's row sums wait on one add's latency a vector)
     chains = 2 if ext >= 4 * lanes and rng.random() < 0.5 else 1
-    ko, ki = (_try(st, "split", red[-1], factor=lanes * chains) or (None, None))
-    if ki is None:
-        return
-    rf = _try(s, "rfactor", st.op.output, ki)
-    if rf is None:
-        if parallel:
-            _parallel_outer(st, rng)
-        return
-    rst = s[rf]
-    kk, *rest = [a.var.name for a in rst.op.axis]
-    rk = [a.var.name for a in rst.op.reduce_axis]
-    partials = [rst]
-    if chains > 1 and _try(rst, "split", kk, factor=lanes) is not None:
-        _try(rst, "reorder", *rest, *rk, f"{kk}.outer", f"{kk}.inner")
-        _try(rst, "unroll", f"{kk}.outer")
-        _try(rst, "vectorize", f"{kk}.inner")
-        main = s[st.op.output]
-        last = main.leaf_iter_vars[-1]
-        co, ci = (_try(main, "split", last, factor=lanes) or (None, None))
-        rf2 = _try(s, "rfactor", st.op.output, ci) if ci is not None else None
-        if rf2 is not None:
-            r2 = s[rf2]
-            k2, *rest2 = [a.var.name for a in r2.op.axis]
-            _try(r2, "reorder", *rest2, *[a.var.name for a in r2.op.reduce_axis], k2)
-            _try(r2, "vectorize", k2)
-            partials.insert(0, r2)               # the reader of the chains first
-    else:
-        _try(rst, "reorder", *rest, *rk, kk)
-        _try(rst, "vectorize", kk)
+    try:
+        vector_sum(s, st, red[-1], lanes, chains, place=rng.random() < 0.8)
+    except ScheduleError as e:          # a refused step: the schedule as far as it got
+        debug_print(2, f"sample: vector partials refused ({e})")
     main = s[st.op.output]
-    if main.op.axis and rng.random() < 0.8:   # the partials per output element
-        for p in partials:
-            _try(p, "compute_at", main, main.op.axis[-1].var.name)
     if parallel:
         _parallel_outer(main, rng)
 
@@ -511,3 +483,34 @@ def _channel_tile(s: Schedule, st, tgt, lanes: int, rng: random.Random,
 
 
 # ----------------------------------------------------------------------------- the model
+
+
+def vector_sum(s: Schedule, st, k, lanes: int, chains: int = 1, place: bool = True) -> None:
+    """Stage `st`'s sum over its reduce axis `k` (along memory) in `chains` vectors of
+    partial sums: k split by chains x lanes and rfactored, the partials' stage vectorised
+    (its chains unrolled); with two or more chains, the chains' vectors added into one by
+    a second rfactor; then the lanes added in order by `st`. `place`: the partial stages
+    computed at `st`'s last axis (per output element; readers first), else at root.
+    Raises ScheduleError where a primitive is refused."""
+    t = st.op.output
+    _, ki = st.split(k, factor=lanes * chains)
+    rf = s.rfactor(t, ki)
+    kk, *rest = s[rf].op.axis
+    if chains > 1:
+        kc, kk = s[rf].split(kk, factor=lanes)
+        s[rf].reorder(*rest, *s[rf].op.reduce_axis, kc, kk)
+        s[rf].unroll(kc)
+    else:
+        s[rf].reorder(*rest, *s[rf].op.reduce_axis, kk)
+    s[rf].vectorize(kk)
+    stages = [rf]
+    if chains > 1:                      # the chains' vectors into one
+        _, ci = st.split(st.leaf_iter_vars[-1], factor=lanes)
+        rf2 = s.rfactor(t, ci)
+        kk2, *rest2 = s[rf2].op.axis
+        s[rf2].reorder(*rest2, *s[rf2].op.reduce_axis, kk2)
+        s[rf2].vectorize(kk2)
+        stages.append(rf2)
+    if place and st.op.axis:
+        for x in reversed(stages):      # readers first
+            s[x].compute_at(st, st.op.axis[-1])
