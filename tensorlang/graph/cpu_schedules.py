@@ -186,8 +186,8 @@ def _vector_reduce(s: tl.Schedule, lanes: int, parallel: bool,
                    rows_of: tl.Tensor | None = None) -> None:
     """Reductions (sum, mean, max, ... over some axes) and softmax-like groups (row
     reductions, then an elementwise stage reading them). A sum over the axis that runs
-    along memory is split by the vector width and rfactored: `lanes` partial sums
-    accumulate in a vector per output row, then combine (a max or min there is left to
+    along memory is rfactored into vectors of partial sums per output row, two independent
+    chains when long enough (`_vector_sum`), then combine (a max or min there is left to
     LLVM's vectoriser, which does it well; a sum it may not reassociate). When a kept axis
     runs along memory (a sum over the batch), that axis is split by the vector width and
     its vector of outputs accumulates with the reduction loops outside it. Elementwise

@@ -306,6 +306,11 @@ def _refine(seen: dict, outs, tgt, rng: random.Random, until: float, pool: int =
 FACTORS = (1, 2, 3, 4, 6, 7, 8, 12, 14, 16, 24, 28, 32, 48, 56, 64, 96, 128)
 
 
+def _factor(call):
+    """A split's factor, given by position or by keyword."""
+    return call.args[1] if len(call.args) > 1 else dict(call.kwargs).get("factor")
+
+
 def _mutate(trace: list[TraceEntry], rng: random.Random) -> list[TraceEntry] | None:
     """The trace with one split or tile factor moved to a neighbouring value (None when it
     has none); the caller replays it, and drops it when a primitive refuses."""
@@ -329,16 +334,13 @@ def _mutate(trace: list[TraceEntry], rng: random.Random) -> list[TraceEntry] | N
     # a tile whose inner loop is split into vectors keeps whole vectors: 28 columns split
     # by 16 leave every tile's vectors straddling it (a batched matmul's accumulator tile
     # then lives in memory, masked: 2.0 ms against 0.07 at 32 columns)
-    names = [f"{x}.inner" for x in args[:len(args) // 2]] if t.call.prim == "tile" else \
-        [f"{args[0]}.inner"] if t.call.prim == "split" else []
-    inner = names[a - len(names)] if t.call.prim == "tile" and a >= len(names) else \
-        names[0] if names and (t.call.prim == "split" and a >= 1) else None
-    lanes = [u.call.args[1] if len(u.call.args) > 1 else dict(u.call.kwargs).get("factor")
-             for u in trace if u.call.prim == "split" and u.stage == t.stage and inner and
-             u.call.args[0] == inner and (u.stage, f"{inner}.inner") in vector]
-    if lanes and isinstance(lanes[0], int):
-        near = [f for f in near if f % lanes[0] == 0] or \
-            [max(lanes[0], old // lanes[0] // 2 * lanes[0])]
+    loops = {"tile": args[:2], "split": args[:1]}.get(t.call.prim, [])  # tile(x, y, fx, fy)
+    inner = f"{loops[a - len(loops)]}.inner" if 0 <= a - len(loops) < len(loops) else None
+    lanes = next((_factor(u.call) for u in trace if u.stage == t.stage and
+                  u.call.prim == "split" and u.call.args[0] == inner and
+                  (u.stage, f"{inner}.inner") in vector), None)
+    if isinstance(lanes, int):
+        near = [f for f in near if f % lanes == 0] or [max(lanes, old // lanes // 2 * lanes)]
     new = rng.choice(near)
     if a < len(args):
         args[a] = new

@@ -73,8 +73,7 @@ FILL = 0.75               # the share of a cache a footprint may take and stay r
 ARRAY_OFFSET = 16         # an array's first byte past a line's (numpy's large arrays: 16)
 SET_CONFLICT_CYCLES = 10  # a line lost to a set's conflicts and fetched again from L2
 LOOP_EXIT_CYCLES = 12     # a loop's exit branch, mispredicted (`_statement`)
-FULL_UNROLL = 16          # LLVM unrolls a loop of a constant count up to this whole (`_promoted`)
-BOUNDED_UNROLL = 16        # ... and a loop whose count varies, up to this many (an exit each)
+FULL_UNROLL = 16          # LLVM unrolls a loop of up to this many iterations whole (`_promoted`)
 PREDICTED_TRIPS = 32      # a loop of a constant trip count up to this: its exit predicted
 
 
@@ -268,16 +267,15 @@ def _shared_blocks(costs: list[StatementCost]) -> None:
 
 
 def _promoted(stmts: list[_Stmt], tgt) -> set[str]:
-    """Local buffers that LLVM keeps in registers: at most half the vector registers, and
-    every loop that moves an access to them unrolled (by the schedule, or by LLVM: a
-    constant count up to FULL_UNROLL, or a count that varies, up to BOUNDED_UNROLL: an
-    exit test after each copy) in every statement, so that each access has a constant
-    index and SROA turns the buffer into values (a tile of 6 rows of the blur, the last
-    one clipped to 4: its 8 x 16 buffer in registers too, 0.055 ms, where the model had
-    predicted 0.134). The blur's first stage computed
-    at each 4 x 16 tile of the second (a 6 x 16 buffer): no stack access in its assembly,
-    0.057 ms measured against 0.072 for 16 x 64 tiles (a 72-vector buffer in memory),
-    which the model had ranked the other way."""
+    """Local buffers that LLVM keeps in registers: at most the vector registers, and
+    every loop that moves an access to them unrolled (by the schedule, or by LLVM: up to
+    FULL_UNROLL iterations, a count that varies included, with an exit test after each
+    copy) in every statement, so that each access has a constant index and SROA turns
+    the buffer into values. The blur's first stage computed at each 4 x 16 tile of the
+    second (a 6 x 16 buffer): no stack access in its assembly, 0.057 ms measured against
+    0.072 for 16 x 64 tiles (a 72-vector buffer in memory), which the model had ranked
+    the other way; at 6-row tiles, the last one clipped to 4, its 8 x 16 buffer is in
+    registers too (0.055 ms, where the model had predicted 0.134)."""
     lanes = max(1, tgt.vector_lanes("float32"))
     ok: dict[str, bool] = {}
     for st in stmts:
@@ -289,7 +287,7 @@ def _promoted(stmts: list[_Stmt], tgt) -> set[str]:
             vectors = -(-elems * size // (lanes * 4))
             fits = vectors <= tgt.vector_registers and all(
                 kinds[d] in (LoopKind.UNROLLED, LoopKind.VECTORIZED) or
-                (st.constant[d] and st.trips[d] <= FULL_UNROLL) or st.trips[d] <= BOUNDED_UNROLL
+                st.trips[d] <= FULL_UNROLL
                 for d in range(prefix, st.n) if st.footprint(m, d) != st.footprint(m, d - 1))
             ok[name] = ok.get(name, True) and fits
     return {name for name, fits in ok.items() if fits}

@@ -589,7 +589,7 @@ def test_a_small_local_buffer_of_unrolled_accesses_lives_in_registers():
 
 def test_a_tile_of_varying_rows_up_to_the_bounded_unroll_is_kept_in_registers():
     """Tiles of 6 rows of 128 (the last one 2): LLVM unrolls a loop of a varying count up
-    to BOUNDED_UNROLL with an exit test after each copy, so the 8 x 16 buffer of the blur's
+    to FULL_UNROLL with an exit test after each copy, so the 8 x 16 buffer of the blur's
     first stage is still values (no stack access; measured 0.055 ms at 1024^2 on Zen 5
     where the model had predicted it 2.4x slower than at 4-row tiles); at more rows than
     that bound it is memory."""
@@ -604,7 +604,7 @@ def test_a_tile_of_varying_rows_up_to_the_bounded_unroll_is_kept_in_registers():
     assert cost._promoted(placed_statements(six), tgt) == {"bx"}
     asm = tl.build(six, args, target=str(tgt), name="six").get_source("asm")
     assert not re.search(r"vmovups\s+\S+,\s*-?\d*\(%rsp\)|vmovups\s+-?\d*\(%rsp\)", asm)
-    tall, _ = _blur_at_tile(cost.BOUNDED_UNROLL + 3, 16)
+    tall, _ = _blur_at_tile(cost.FULL_UNROLL + 3, 16)
     assert cost._promoted(placed_statements(tall), tgt) == set()
 
 
