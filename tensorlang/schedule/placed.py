@@ -68,6 +68,14 @@ def _values(s: isl.Set, d: int, line: isl.Set | None = None) -> int:
     return hi - lo + 1
 
 
+def _volume(s: isl.Set, d: int) -> int:
+    """The product of the values each dimension after d takes in `s`."""
+    out = 1
+    for e in range(d + 1, s.dim(isl.dim_type.set)):
+        out *= _values(s, e)
+    return out
+
+
 class _Stmt:
     """The isl facts of one placed statement at concrete sizes."""
 
@@ -128,6 +136,14 @@ class _Stmt:
                     self.point.append(lo)
                 else:
                     self.point.append((lo + hi) // 2)
+                    if lo < hi:
+                        # the middle of a fused loop can be a partial tile (f = 22 b + t
+                        # over 6-row tiles of 128 rows: f = 87 is a tile of 2 rows); the
+                        # first iteration instead when it runs more of the inner loops
+                        start = cur.fix_val(isl.dim_type.set, d, isl.Val(str(lo)))
+                        if _volume(start, d) > _volume(mid, d):
+                            mid = start
+                            self.point[-1] = lo
                 cur = mid
             r = self.prefix[d].range()
             ends = []

@@ -607,3 +607,46 @@ def test_a_local_tile_under_a_fused_loop_has_a_one_piece_corner_and_stays_in_reg
     got = np.zeros((8, 128, 128), "f4")
     tl.build(s, [A, B, C])(a, b, got)
     np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("rows,tile", [(128, (12, 32)), (61, (6, 48))])
+def test_a_local_tile_whose_rows_do_not_divide_stays_in_registers(rows, tile):
+    """The same batched matmul with row tiles that do not divide the rows: isl writes the
+    copy-out's row under the fused loop with divisions (`127 - (120 f + 131 i + 127) mod
+    132` for 12-row tiles of 128 rows), and the row in the tile as that minus the corner —
+    equal to the copy-out loop's own variable, which LLVM cannot see, so the tile went to
+    the stack, a store after every FMA (0.25 ms against 0.07). The index into the tile is
+    now isl's affine form of it: no division in the copy-out's index into the tile, the
+    tile no array in memory after LLVM's passes, numpy's result."""
+    import re
+
+    A = tl.placeholder((3, rows, 128), "float32", name="A")
+    B = tl.placeholder((3, 128, 128), "float32", name="B")
+    k = tl.reduce_axis((0, 128), name="k")
+    C = tl.compute((3, rows, 128), lambda b, i, j: tl.sum(A[b, i, k] * B[b, k, j], axis=k),
+                   name="C")
+    s = tl.create_schedule(C)
+    s.cache_write("C", "local")
+    s["C"].tile("i", "j", *tile)
+    s["C"].split("j.inner", factor=16)
+    s["C"].vectorize("j.inner.inner")
+    s["C_local"].compute_at("C", "j.outer")
+    s["C_local"].split("j", factor=16)
+    s["C_local"].reorder("b", "k", "i", "j.outer", "j.inner")
+    s["C_local"].unroll("i")
+    s["C_local"].unroll("j.outer")
+    s["C_local"].vectorize("j.inner")
+    s["C"].fuse("b", "i.outer")
+    s["C"].parallel("b.i.outer.fused")
+    text = str(tl.lower(s, [A, B, C]))
+    copy_out = re.findall(r"C\[[^\]]*\] = C_local\[([^\]]*)\]", text)
+    assert copy_out, text
+    assert not any("%" in x or "//" in x for x in copy_out), copy_out
+    tgt = "llvm -mtriple=x86_64-unknown-linux-gnu -mcpu=skylake-avx512"
+    ll = tl.build(s, [A, B, C], target=tgt).get_source("ll")
+    assert not re.search(r"alloca \[\d+ x float\]", ll), "the tile stayed in memory"
+    a = np.random.default_rng(1).standard_normal((3, rows, 128)).astype("f4")
+    b = np.random.default_rng(2).standard_normal((3, 128, 128)).astype("f4")
+    got = np.zeros((3, rows, 128), "f4")
+    tl.build(s, [A, B, C])(a, b, got)
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-3)
