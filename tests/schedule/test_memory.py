@@ -650,3 +650,47 @@ def test_a_local_tile_whose_rows_do_not_divide_stays_in_registers(rows, tile):
     got = np.zeros((3, rows, 128), "f4")
     tl.build(s, [A, B, C])(a, b, got)
     np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-3)
+
+
+def test_register_tiles_under_fused_loops_match_numpy_at_any_sizes():
+    """Property: a batched matmul's accumulator tile (cache_write, computed at the column
+    tile, rows and column vectors unrolled) under a fused (batch, row-tile) loop, at sizes
+    the tile does and does not divide — 1, primes, larger — against numpy. The indices
+    into the tile are isl's affine forms where its loop expressions had divisions."""
+    from hypothesis import example, given, settings
+    from hypothesis import strategies as hs
+
+    @settings(max_examples=25, deadline=None, derandomize=True)
+    @example(1, 1, 1, 1, 1, 4, False)
+    @example(3, 29, 37, 7, 6, 12, True)
+    @example(2, 13, 40, 5, 7, 16, True)
+    @given(hs.integers(1, 3), hs.integers(1, 29), hs.integers(1, 40), hs.integers(1, 7),
+           hs.integers(1, 7), hs.sampled_from([4, 8, 12, 16]), hs.booleans())
+    def check(nb, m, n, kk, mr, nc, par):
+        A = tl.placeholder((nb, m, kk), "float32", name="A")
+        B = tl.placeholder((nb, kk, n), "float32", name="B")
+        k = tl.reduce_axis((0, kk), name="k")
+        C = tl.compute((nb, m, n), lambda b, i, j: tl.sum(A[b, i, k] * B[b, k, j], axis=k),
+                       name="C")
+        s = tl.create_schedule(C)
+        s.cache_write("C", "local")
+        s["C"].tile("i", "j", mr, nc)
+        s["C"].split("j.inner", factor=4)
+        s["C"].vectorize("j.inner.inner")
+        s["C_local"].compute_at("C", "j.outer")
+        s["C_local"].split("j", factor=4)
+        s["C_local"].reorder("b", "k", "i", "j.outer", "j.inner")
+        s["C_local"].unroll("i")
+        s["C_local"].unroll("j.outer")
+        s["C_local"].vectorize("j.inner")
+        s["C"].fuse("b", "i.outer")
+        if par:
+            s["C"].parallel("b.i.outer.fused")
+        rng = np.random.default_rng(nb * 1000 + m)
+        a = rng.standard_normal((nb, m, kk)).astype("f4")
+        b = rng.standard_normal((nb, kk, n)).astype("f4")
+        got = np.full((nb, m, n), np.nan, "f4")
+        tl.build(s, [A, B, C])(a, b, got)
+        np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+
+    check()
