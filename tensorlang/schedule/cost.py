@@ -44,7 +44,7 @@ import islpy as isl
 from ..ir.expr import (Add, And, Call, CmpOp, Div, Expr, Load, Max, Min, Mul, Not, Or,
                        Select, Sub, Var)
 from ..ir.stmt import LoopKind, Store
-from ..ir.visit import walk, walk_stmt
+from ..ir.visit import interval_condition, walk, walk_stmt
 from .placed import (_box, _carried, _carry_distance, _moving, _moving_vars, _Stmt, _val,
                      placed_statements)
 
@@ -171,9 +171,10 @@ def _arith(body, moving=None) -> tuple[float, Counter]:
             continue
         fused = set()
         hoisted: set[int] = set()
+        skipped: set[int] = set()
         if moving is not None:
             for e in walk(x.value):
-                if isinstance(e, Select) and id(e) not in hoisted:
+                if isinstance(e, Select) and id(e) not in hoisted and id(e) not in skipped:
                     along_r, lanes = moving({v.name for v in walk(e.cond)
                                              if isinstance(v, Var)})
                     if lanes and not along_r:
@@ -181,11 +182,23 @@ def _arith(body, moving=None) -> tuple[float, Counter]:
                         # the mask made outside the loop (AVX-512), no extra instruction
                         hoisted.update(id(c) for c in walk(e.cond))
                         hoisted.add(id(e))
+                    elif lanes and interval_condition(e.cond, lanes):
+                        # lanes that are an interval (a stencil's interior): a branch on
+                        # the vector's first and last lanes, and the interior's vectors
+                        # run the true arm alone, unmasked (the heat stencil's explicit
+                        # vectors: 0.030 -> 0.020 ms, Zen 5)
+                        hoisted.update(id(c) for c in walk(e.cond))
+                        hoisted.add(id(e))
+                        keep = {id(y) for y in walk(e.true_value)}
+                        skipped.update(id(y) for y in walk(e.false_value)
+                                       if id(y) not in keep)
         # an index's arithmetic is the address's (a local buffer's offset in a fused
         # loop is a select on the loop's value: hoisted, or folded into the addressing)
         addressing = {id(a) for e in walk(x.value) if isinstance(e, Load)
                       for i in e.indices for a in walk(i)}
         for e in walk(x.value):
+            if id(e) in skipped:
+                continue
             if isinstance(e, Load):
                 loads[e.buffer.name] += 1
             if id(e) in addressing:

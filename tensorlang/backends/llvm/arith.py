@@ -116,6 +116,16 @@ class ArithCodegen:
 
     def select(self, e: Select) -> ir.Value:
         b = self.builder
+        if self.vec is not None and not self.vec.uniform(e.cond):
+            cond = self.vec.interval(e.cond)
+            if cond is not None:
+                # the lanes that take the true arm are an interval (a stencil's interior,
+                # `i >= 1 and i <= n - 2`): when it covers the whole vector — every vector
+                # but the edges' — the true arm alone, unmasked; else lane by lane
+                return self.branch_value(self.vec.all_lanes(self, cond),
+                                         lambda: self.expr(e.true_value),
+                                         lambda: self.lane_select(e), "isel")
+            return self.lane_select(e)
         c = self.expr(e.cond)
         if self.vec is not None and self.vec.uniform(e.cond):
             # every lane takes the same arm: a branch (only the taken arm's loads run)
@@ -123,18 +133,23 @@ class ArithCodegen:
                 if isinstance(c.type, ir.VectorType) else c
             return self.branch_value(c0, lambda: self.expr(e.true_value),
                                      lambda: self.expr(e.false_value), "usel")
-        if self.vec is not None:  # each arm reads only in the lanes that take it
-            with self.vec.masked(self, c):
-                tv = self.expr(e.true_value)
-            with self.vec.masked(self, b.xor(c, ir.Constant(c.type, 1))):
-                fv = self.expr(e.false_value)
-            return b.select(c, tv, fv)
         if not (_has_side_effects_or_traps(e.true_value) or
                 _has_side_effects_or_traps(e.false_value)):
             return b.select(c, self.expr(e.true_value), self.expr(e.false_value))
         # only the taken arm may run: it can read where the other would be out of bounds
         return self.branch_value(c, lambda: self.expr(e.true_value),
                                  lambda: self.expr(e.false_value), "sel")
+
+    def lane_select(self, e: Select) -> ir.Value:
+        """A vector select whose condition differs between lanes: each arm reads only in
+        the lanes that take it."""
+        b = self.builder
+        c = self.expr(e.cond)
+        with self.vec.masked(self, c):
+            tv = self.expr(e.true_value)
+        with self.vec.masked(self, b.xor(c, ir.Constant(c.type, 1))):
+            fv = self.expr(e.false_value)
+        return b.select(c, tv, fv)
 
     def branch_value(self, c: ir.Value, then, other, name: str) -> ir.Value:
         """The value of `then()` where `c` holds, else of `other()`, each made in its own

@@ -334,6 +334,20 @@ class FunctionCodegen(ArithCodegen):
         return out
 
     # ---------------------------------------------------------------------- statements
+    def lane_if(self, s: If) -> None:
+        """An `if` inside a vector loop whose condition differs between lanes: each branch
+        runs with the lanes that take it on."""
+        b = self.builder
+        c = self.expr(s.cond)
+        # `lane var < bound` (a vector tail's guard, bound > first lane) keeps lane 0 on
+        tail = isinstance(s.cond, LT) and isinstance(s.cond.a, Var) and \
+            s.cond.a.name == self.vec.var
+        with self.vec.masked(self, c, keeps_first_lane=tail):
+            self.stmt(s.then_body)
+        if s.else_body is not None:
+            with self.vec.masked(self, b.xor(c, ir.Constant(c.type, 1))):
+                self.stmt(s.else_body)
+
     def stmt(self, s: Stmt) -> None:
         b = self.builder
         if isinstance(s, Seq):
@@ -353,15 +367,17 @@ class FunctionCodegen(ArithCodegen):
         elif isinstance(s, For):
             self.loop(s)
         elif isinstance(s, If) and self.vec is not None and not self.vec.uniform(s.cond):
-            c = self.expr(s.cond)
-            # `lane var < bound` (a vector tail's guard, bound > first lane) keeps lane 0 on
-            tail = isinstance(s.cond, LT) and isinstance(s.cond.a, Var) and \
-                s.cond.a.name == self.vec.var
-            with self.vec.masked(self, c, keeps_first_lane=tail):
-                self.stmt(s.then_body)
-            if s.else_body is not None:
-                with self.vec.masked(self, b.xor(c, ir.Constant(c.type, 1))):
-                    self.stmt(s.else_body)
+            cond = self.vec.interval(s.cond)
+            if cond is not None:
+                # the lanes where it holds are an interval: the whole vector (all but the
+                # edges' vectors) runs the then-branch unmasked (see `select`)
+                with b.if_else(self.vec.all_lanes(self, cond)) as (every, some):
+                    with every:
+                        self.stmt(s.then_body)
+                    with some:
+                        self.lane_if(s)
+            else:
+                self.lane_if(s)
         elif isinstance(s, If):
             c = self.expr(s.cond)
             if isinstance(c.type, ir.VectorType):    # a condition alike in every lane

@@ -19,7 +19,7 @@ from ...ir.expr import (
     Add, Cast, Const, Expr, FloorDiv, FloorMod, IndexCheck, Load, Mul, Sub, Var, binary,
 )
 from ...ir.stmt import Let, Store
-from ...ir.visit import map_expr, substitute, walk
+from ...ir.visit import interval_condition, map_expr, substitute, walk
 from . import stream
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
@@ -161,6 +161,30 @@ class VectorContext:
         kernel 5x slower on numpy's mmap-backed arrays)."""
         return not any(isinstance(x, Load) or (isinstance(x, Var) and x.name == self.var)
                        for x in walk(self._expand(cond)))
+
+    def interval(self, cond: Expr) -> Expr | None:
+        """`cond` with Let variables expanded when the lanes where it holds are an interval
+        of the vector loop's values: a conjunction of comparisons (<, <=, >, >=) of
+        integer expressions affine in the loop variable, reading no memory (a stencil's
+        `i >= 1 and i <= n - 2`). It then holds in every lane exactly when it holds in
+        the first and in the last (`all_lanes`); None otherwise."""
+        e = self._expand(cond)
+        return e if interval_condition(e, {self.var}) else None
+
+    def all_lanes(self, cg, cond: Expr) -> ir.Value:
+        """A scalar i1: whether `cond` (an `interval` condition) holds in every lane — in
+        the first and in the last, each evaluated with the loop variable a scalar."""
+        b = cg.builder
+        saved, cg.vec = cg.vec, None
+        try:
+            ends = []
+            for lane in (0, self.lanes - 1):
+                value = b.add(self.lo, ir.Constant(I64, lane))
+                with cg.bound(self.var, value):
+                    ends.append(cg.expr(cond))
+        finally:
+            cg.vec = saved
+        return b.and_(*ends)
 
     # ---------------------------------------------------------------------- addresses
     def _kind(self, indices, buf=None, extents=None) -> tuple[str, tuple[Expr, ...]]:
