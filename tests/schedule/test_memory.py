@@ -569,6 +569,32 @@ def test_reorder_storage_misuse():
         s[B].reorder_storage("x", "y")
 
 
+def _batched_register_tile(nb, m, n, kk, tile, lanes=16, parallel=True):
+    """A batched matmul C = A @ B whose accumulator tile (cache_write) is computed at the
+    column tile, its rows and column vectors unrolled, under a fused (batch, row-tile)
+    loop: (schedule, A, B, C)."""
+    A = tl.placeholder((nb, m, kk), "float32", name="A")
+    B = tl.placeholder((nb, kk, n), "float32", name="B")
+    k = tl.reduce_axis((0, kk), name="k")
+    C = tl.compute((nb, m, n), lambda b, i, j: tl.sum(A[b, i, k] * B[b, k, j], axis=k),
+                   name="C")
+    s = tl.create_schedule(C)
+    s.cache_write("C", "local")
+    s["C"].tile("i", "j", *tile)
+    s["C"].split("j.inner", factor=lanes)
+    s["C"].vectorize("j.inner.inner")
+    s["C_local"].compute_at("C", "j.outer")
+    s["C_local"].split("j", factor=lanes)
+    s["C_local"].reorder("b", "k", "i", "j.outer", "j.inner")
+    s["C_local"].unroll("i")
+    s["C_local"].unroll("j.outer")
+    s["C_local"].vectorize("j.inner")
+    s["C"].fuse("b", "i.outer")
+    if parallel:
+        s["C"].parallel("b.i.outer.fused")
+    return s, A, B, C
+
+
 def test_a_local_tile_under_a_fused_loop_has_a_one_piece_corner_and_stays_in_registers():
     """The accumulator tile of a batched matmul under a fused (batch, row-tile) parallel
     loop: its corner along the rows is 8 (f mod 16) — islpy 2026.2.1 gives it as three
@@ -578,24 +604,7 @@ def test_a_local_tile_under_a_fused_loop_has_a_one_piece_corner_and_stays_in_reg
     result."""
     import re
 
-    A = tl.placeholder((8, 128, 128), "float32", name="A")
-    B = tl.placeholder((8, 128, 128), "float32", name="B")
-    k = tl.reduce_axis((0, 128), name="k")
-    C = tl.compute((8, 128, 128), lambda b, i, j: tl.sum(A[b, i, k] * B[b, k, j], axis=k),
-                   name="C")
-    s = tl.create_schedule(C)
-    s.cache_write("C", "local")
-    s["C"].tile("i", "j", 8, 48)
-    s["C"].split("j.inner", factor=16)
-    s["C"].vectorize("j.inner.inner")
-    s["C_local"].compute_at("C", "j.outer")
-    s["C_local"].split("j", factor=16)
-    s["C_local"].reorder("b", "k", "i", "j.outer", "j.inner")
-    s["C_local"].unroll("i")
-    s["C_local"].unroll("j.outer")
-    s["C_local"].vectorize("j.inner")
-    s["C"].fuse("b", "i.outer")
-    s["C"].parallel("b.i.outer.fused")
+    s, A, B, C = _batched_register_tile(8, 128, 128, 128, (8, 48))
     text = str(tl.lower(s, [A, B, C]))
     assert "select" not in text, text
     tgt = "llvm -mtriple=x86_64-unknown-linux-gnu -mcpu=skylake-avx512"
@@ -620,24 +629,7 @@ def test_a_local_tile_whose_rows_do_not_divide_stays_in_registers(rows, tile):
     tile no array in memory after LLVM's passes, numpy's result."""
     import re
 
-    A = tl.placeholder((3, rows, 128), "float32", name="A")
-    B = tl.placeholder((3, 128, 128), "float32", name="B")
-    k = tl.reduce_axis((0, 128), name="k")
-    C = tl.compute((3, rows, 128), lambda b, i, j: tl.sum(A[b, i, k] * B[b, k, j], axis=k),
-                   name="C")
-    s = tl.create_schedule(C)
-    s.cache_write("C", "local")
-    s["C"].tile("i", "j", *tile)
-    s["C"].split("j.inner", factor=16)
-    s["C"].vectorize("j.inner.inner")
-    s["C_local"].compute_at("C", "j.outer")
-    s["C_local"].split("j", factor=16)
-    s["C_local"].reorder("b", "k", "i", "j.outer", "j.inner")
-    s["C_local"].unroll("i")
-    s["C_local"].unroll("j.outer")
-    s["C_local"].vectorize("j.inner")
-    s["C"].fuse("b", "i.outer")
-    s["C"].parallel("b.i.outer.fused")
+    s, A, B, C = _batched_register_tile(3, rows, 128, 128, tile)
     text = str(tl.lower(s, [A, B, C]))
     copy_out = re.findall(r"C\[[^\]]*\] = C_local\[([^\]]*)\]", text)
     assert copy_out, text
@@ -667,25 +659,7 @@ def test_register_tiles_under_fused_loops_match_numpy_at_any_sizes():
     @given(hs.integers(1, 3), hs.integers(1, 29), hs.integers(1, 40), hs.integers(1, 7),
            hs.integers(1, 7), hs.sampled_from([4, 8, 12, 16]), hs.booleans())
     def check(nb, m, n, kk, mr, nc, par):
-        A = tl.placeholder((nb, m, kk), "float32", name="A")
-        B = tl.placeholder((nb, kk, n), "float32", name="B")
-        k = tl.reduce_axis((0, kk), name="k")
-        C = tl.compute((nb, m, n), lambda b, i, j: tl.sum(A[b, i, k] * B[b, k, j], axis=k),
-                       name="C")
-        s = tl.create_schedule(C)
-        s.cache_write("C", "local")
-        s["C"].tile("i", "j", mr, nc)
-        s["C"].split("j.inner", factor=4)
-        s["C"].vectorize("j.inner.inner")
-        s["C_local"].compute_at("C", "j.outer")
-        s["C_local"].split("j", factor=4)
-        s["C_local"].reorder("b", "k", "i", "j.outer", "j.inner")
-        s["C_local"].unroll("i")
-        s["C_local"].unroll("j.outer")
-        s["C_local"].vectorize("j.inner")
-        s["C"].fuse("b", "i.outer")
-        if par:
-            s["C"].parallel("b.i.outer.fused")
+        s, A, B, C = _batched_register_tile(nb, m, n, kk, (mr, nc), lanes=4, parallel=par)
         rng = np.random.default_rng(nb * 1000 + m)
         a = rng.standard_normal((nb, m, kk)).astype("f4")
         b = rng.standard_normal((nb, kk, n)).astype("f4")
