@@ -356,6 +356,38 @@ def test_large_matmuls_read_B_packed_in_panels(shape_a, shape_b, tb, monkeypatch
         assert "_packed" not in str(again.lowered)
 
 
+def test_run_takes_each_runs_arrays_and_keeps_none_alive():
+    """The executor remembers the address of the arrays of the last run (a weak reference
+    each) to skip numpy's pointer lookup when the same arrays come again: a run with new
+    arrays, with arrays freed and allocated again (possibly at the same id), with the
+    same arrays written in between — numpy's result each time; and a fed array or an
+    output array dropped by the caller is freed."""
+    import gc
+    import weakref
+
+    x, y = G.Variable("x", (64, 48), "float32"), G.Variable("y", (48, 40), "float32")
+    ex = G.Executor([G.matmul(x, y)])
+    rng = np.random.default_rng(5)
+    for k in range(6):
+        xv = rng.standard_normal((64, 48)).astype("f4")
+        yv = rng.standard_normal((48, 40)).astype("f4")
+        out = np.empty((64, 40), "f4")
+        for _ in range(2):
+            ex.run({x: xv, y: yv}, out=[out])
+            np.testing.assert_allclose(out, xv @ yv, rtol=1e-5, atol=1e-4)
+            xv *= -1.0                    # the same array, new values
+        if k % 2:
+            del xv, yv, out               # freed: the next ones may reuse their ids
+            gc.collect()
+    xv = rng.standard_normal((64, 48)).astype("f4")
+    out = np.empty((64, 40), "f4")
+    refs = weakref.ref(xv), weakref.ref(out)
+    ex.run({x: xv, y: np.ones((48, 40), "f4")}, out=[out])
+    del xv, out
+    gc.collect()
+    assert all(r() is None for r in refs)
+
+
 def test_run_writes_into_given_output_arrays_and_checks_them():
     a, b = G.Variable("a", (5, 4), "float32"), G.Variable("b", (5, 4), "float32")
     ex = G.Executor([a + b, a, a * b])
