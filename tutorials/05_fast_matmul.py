@@ -2,7 +2,9 @@
 
 The lecture's path from the declared loop nest to the speed of a BLAS: tile for the caches,
 vectorise the inner loop, keep a tile of C in registers (cache_write + compute_at), read B
-in packed panels, and run the row tiles in parallel. Each step prints its GFLOPS beside
+in packed panels, run the row tiles in parallel, and multiply B in blocks of panels that
+stay in L2 (the last step: the graph executor's own schedule, at TVM's and Halide's speed
+in `tensorlang bench`). Each step prints its GFLOPS beside
 numpy's (OpenBLAS), measured when the tutorial runs on this machine, and what `tl.analyze`
 counts for one step of the k loop: the elements of A and B it reads against the flops it
 does — the reuse that each step buys. At the end, the inner loop's machine code: on an
@@ -89,6 +91,33 @@ def register_tile(pack=False, parallel=False, rows=ROWS, vectors=VECTORS):
     return s, [A, B, C]
 
 
+def blocked(rows=ROWS, vectors=VECTORS):
+    """The whole schedule, fifteen primitives a user writes: B's panels in blocks that fit half
+    the L2, outermost, each block packed just before its row tiles read it (from L2) and
+    the blocks in parallel — the graph executor's own schedule for this matmul where B
+    outgrows half the L2 (a test checks that they lower to the same loop nest)."""
+    A, B, C = declare()
+    w = vectors * LANES                                      # a panel: w columns of B
+    per_block = max(1, HOST.cache_bytes[1] // 2 // (N * w * 4))   # panels a block
+    s = tl.create_schedule(C)
+    BP = s.pack(B, 1, w, readers=[s[C]])
+    CL = s.cache_write(C, "local")
+    io, jo, ii, ji = s[C].tile(*C.op.axis, rows, w)
+    s[C].vectorize(s[C].split(ji, factor=LANES)[1])
+    jb, jo = s[C].split(jo, factor=per_block)
+    s[C].reorder(jb, io, jo)
+    s[CL].compute_at(s[C], jo)
+    ljo, lji = s[CL].split(CL.op.axis[1], factor=LANES)
+    s[CL].reorder(*CL.op.reduce_axis, CL.op.axis[0], ljo, lji)
+    s[CL].unroll(CL.op.axis[0])
+    s[CL].unroll(ljo)
+    s[CL].vectorize(lji)
+    s[C].parallel(jb)
+    s[BP].vectorize(s[BP].split(BP.op.axis[-1], factor=LANES)[1])
+    s[BP].compute_at(s[C], jb)
+    return s, [A, B, C]
+
+
 STEPS = [
     ("declared loop nest (i, j, k)", naive),
     ("32x32 tiles, k outside the tile", tiled),
@@ -96,6 +125,7 @@ STEPS = [
     (f"+ {ROWS} x {VECTORS}-vector register tile of C", register_tile),
     ("+ B packed in panels", lambda: register_tile(pack=True)),
     ("+ row tiles in parallel", lambda: register_tile(pack=True, parallel=True)),
+    ("+ B in L2-sized blocks of panels", blocked),
 ]
 
 

@@ -99,6 +99,7 @@ def cache_write(sch: Schedule, tensor, scope: str) -> Tensor:
         c = sch._new_stage(cop, st)
         st.op = wb
         st.state = None
+        st.cached_from = cop
         c.cache_scope = scope
 
     sch._edit(Call("cache_write", (sch._ref(t), scope)), edit)

@@ -56,6 +56,9 @@ class Stage:
         self.inlined = False
         self.cache_scope = "local"  # where its values live when computed inside a loop
         self._gone: dict[str, str] = {}  # loop name -> the primitive that removed it
+        # after cache_write: the op that took over this stage's axes (the cache stage's),
+        # whose spatial axes name this write-back stage's axes too (TVM's idiom)
+        self.cached_from: ComputeOp | None = None
 
     @property
     def name(self) -> str:
@@ -89,6 +92,13 @@ class Stage:
             name = x.name
         elif isinstance(x, IterVar):
             mine = list(self.op.axis) + list(self.op.reduce_axis)
+            old = self.cached_from
+            if old is not None and not any(x is a for a in mine) and \
+                    any(x is a for a in old.axis):
+                # the tensor's original axis after cache_write: TVM keeps those for the
+                # write-back (`s[C].tile(C.op.axis[0], C.op.axis[1], ...)` after
+                # `s.cache_write(C, ...)`), which is this stage: its axis at that position
+                return self.op.axis[[a is x for a in old.axis].index(True)].name
             if not any(x is a for a in mine):
                 raise ScheduleError(f"{prim}: {argname} is the axis {x.name} of another stage, "
                                     f"not of stage {self.id} (whose axes are "

@@ -126,3 +126,46 @@ def test_tvm_idioms_for_dtypes_shapes_and_index_division():
     f(a, c)
     j = np.arange(8)
     np.testing.assert_array_equal(c, a[:, (j + 1) % 8] + (j // 3))
+
+
+@pytest.mark.parametrize("size", [64, 96])
+def test_tvm_opt_gemm_ported_line_by_line(size):
+    """TVM's opt_gemm tutorial (array packing, write cache, parallel), its schedule lines
+    as written there: after `s.cache_write(C, ...)` the original tensor's axes,
+    `C.op.axis`, name the write-back stage's loops (issue 16, item 5); `s[CC].op.axis`
+    the cache stage's."""
+    import numpy as np
+
+    bn, kfactor = 32, 4
+    M = N = K = size
+    k = tl.reduce_axis((0, K), "k")
+    A = tl.placeholder((M, K), name="A")
+    B = tl.placeholder((K, N), name="B")
+    packedB = tl.compute((N // bn, K, bn), lambda bigN, k, littleN: B[k, bigN * bn + littleN],
+                         name="packedB")
+    C = tl.compute((M, N), lambda m, n: tl.sum(
+        A[m, k] * packedB[tl.indexdiv(n, bn), k, tl.indexmod(n, bn)], axis=k), name="C")
+    s = tl.create_schedule(C)
+    CC = s.cache_write(C, "global")
+    mo, no, mi, ni = s[C].tile(C.op.axis[0], C.op.axis[1], bn, bn)
+    s[CC].compute_at(s[C], no)
+    mc, nc = s[CC].op.axis
+    (kaxis,) = s[CC].op.reduce_axis
+    ko, ki = s[CC].split(kaxis, factor=kfactor)
+    s[CC].reorder(ko, mc, ki, nc)
+    s[CC].vectorize(nc)
+    s[CC].unroll(ki)
+    s[C].parallel(mo)
+    bigN, _, littleN = s[packedB].op.axis
+    s[packedB].vectorize(littleN)
+    s[packedB].parallel(bigN)
+    f = tl.build(s, [A, B, C], name="mmult")
+    rng = np.random.default_rng(size)
+    a = rng.random((M, K), dtype=np.float32)
+    b = rng.random((K, N), dtype=np.float32)
+    c = np.zeros((M, N), dtype=C.dtype)
+    f(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5)
+    # an axis of an unrelated stage is still refused, naming it
+    with pytest.raises(tl.ScheduleError, match="axis bigN of another stage"):
+        s[C].split(bigN, factor=2)
