@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from .expr import (
-    GE, GT, LE, LT, Add, And, BinaryOp, Call, Cast, CmpOp, Const, Expr, Load, Mul, Not, Or,
-    Select, Sub, Var, binary, cast, compare, select,
+    And, BinaryOp, Call, Cast, CmpOp, Const, Expr, Load, Not, Or, Select, Var, binary, cast,
+    compare, select,
 )
 from .stmt import Allocate, Barrier, For, If, Let, Seq, Stmt, Store, seq
 
@@ -143,32 +143,3 @@ def walk_stmt(s: Stmt) -> Iterator[Stmt]:
         yield from walk_stmt(s.then_body)
         if s.else_body is not None:
             yield from walk_stmt(s.else_body)
-
-
-def interval_condition(cond: Expr, names: set[str]) -> bool:
-    """Whether the values of the variables `names` where `cond` holds, along any line, are
-    an interval: a conjunction of comparisons (<, <=, >, >=) of integer expressions
-    affine in them (sums, differences, constant multiples; whatever else free of them),
-    reading no memory — a stencil's `i >= 1 and i <= n - 2`. Along a vector's lanes it
-    holds in every lane exactly when it holds in the first and in the last."""
-    def affine(e: Expr) -> bool:
-        if any(isinstance(x, Load) for x in walk(e)):
-            return False
-        if not any(isinstance(x, Var) and x.name in names for x in walk(e)):
-            return True
-        if isinstance(e, Var):
-            return True
-        if isinstance(e, (Add, Sub)):
-            return affine(e.a) and affine(e.b)
-        if isinstance(e, Mul):
-            return (isinstance(e.a, Const) and affine(e.b)) or \
-                (isinstance(e.b, Const) and affine(e.a))
-        if isinstance(e, Cast):          # (a widening cast: a narrowing one could wrap)
-            return e.dtype.is_int and e.value.dtype.is_int and \
-                e.dtype.bits >= e.value.dtype.bits and affine(e.value)
-        return False
-
-    if isinstance(cond, And):
-        return interval_condition(cond.a, names) and interval_condition(cond.b, names)
-    return isinstance(cond, (LT, LE, GT, GE)) and cond.a.dtype.is_int and \
-        affine(cond.a) and affine(cond.b)

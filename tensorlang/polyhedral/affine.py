@@ -8,6 +8,7 @@ from ..ir.expr import (
     EQ, GE, GT, LE, LT, NE, Add, And, Cast, Const, Expr, FloorDiv, FloorMod, Max, Min, Mul, Not,
     Or, Sub, Var,
 )
+from ..ir.visit import walk
 
 _CMP = {LT: "<", LE: "<=", GT: ">", GE: ">=", EQ: "="}
 
@@ -44,6 +45,29 @@ def affine_str(e: Expr) -> str | None:
             return f"floor(({a})/{c})" if isinstance(e, FloorDiv) else f"(({a}) mod {c})"
         return None
     return None
+
+
+def interval_condition(cond: Expr, names: set[str]) -> bool:
+    """Whether the values of the variables `names` where `cond` holds, along any line, are
+    an interval: a conjunction of comparisons (<, <=, >, >=) of affine expressions
+    (`affine_str`) in which those variables stand outside every floor, mod, min, max and
+    narrowing cast — a stencil's `i >= 1 and i <= n - 2`. Along a vector's lanes it holds
+    in every lane exactly when it holds in the first and in the last."""
+    if isinstance(cond, And):
+        return interval_condition(cond.a, names) and interval_condition(cond.b, names)
+    if not isinstance(cond, (LT, LE, GT, GE)) or not cond.a.dtype.is_int:
+        return False
+
+    def linear(e: Expr) -> bool:
+        if affine_str(e) is None:
+            return False
+        for x in walk(e):
+            bent = isinstance(x, (FloorDiv, FloorMod, Min, Max)) or (
+                isinstance(x, Cast) and x.dtype.bits < x.value.dtype.bits)
+            if bent and any(isinstance(v, Var) and v.name in names for v in walk(x)):
+                return False
+        return True
+    return linear(cond.a) and linear(cond.b)
 
 
 def condition_set(cond: Expr, space_text: str, params: str) -> isl.Set | None:

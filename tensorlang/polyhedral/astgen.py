@@ -222,6 +222,12 @@ class _Translator:
             return select(_truth(args[0]), args[1], args[2])
         raise TensorlangError(f"internal: unsupported isl AST operation {op}")
 
+    def image(self, ts: TimedStatement) -> isl.Set:
+        """The statement's instances in time (its time map's image)."""
+        if ts.stmt.name not in self.images:
+            self.images[ts.stmt.name] = ts.time.intersect_domain(ts.stmt.domain).range()
+        return self.images[ts.stmt.name]
+
     def users(self, node: isl.AstNode) -> list[TimedStatement]:
         found: list[TimedStatement] = []
 
@@ -243,9 +249,7 @@ class _Translator:
         the loops around it counts too (a guarded unroll covers [init, init + bound))."""
         img = None
         for ts in self.users(body):
-            if ts.stmt.name not in self.images:
-                self.images[ts.stmt.name] = ts.time.intersect_domain(ts.stmt.domain).range()
-            r = self.images[ts.stmt.name]
+            r = self.image(ts)
             img = r if img is None else img.union(r)
         if img is None:
             return None
@@ -361,7 +365,7 @@ class _Translator:
         key = (ts.stmt.name, tuple(iters))
         dom = self.loop_images.get(key)
         if dom is None:
-            dom = ts.time.intersect_domain(ts.stmt.domain).range()
+            dom = self.image(ts)
             n = dom.dim(isl.dim_type.set)
             for k in reversed(range(n)):
                 if f"t{k}" not in self.env:

@@ -44,7 +44,8 @@ import islpy as isl
 from ..ir.expr import (Add, And, Call, CmpOp, Div, Expr, Load, Max, Min, Mul, Not, Or,
                        Select, Sub, Var)
 from ..ir.stmt import LoopKind, Store
-from ..ir.visit import interval_condition, walk, walk_stmt
+from ..ir.visit import walk, walk_stmt
+from ..polyhedral.affine import interval_condition
 from .placed import (_box, _carried, _carry_distance, _moving, _moving_vars, _Stmt, _val,
                      placed_statements)
 

@@ -116,23 +116,24 @@ class ArithCodegen:
 
     def select(self, e: Select) -> ir.Value:
         b = self.builder
-        if self.vec is not None and not self.vec.uniform(e.cond):
-            cond = self.vec.interval(e.cond)
-            if cond is not None:
-                # the lanes that take the true arm are an interval (a stencil's interior,
-                # `i >= 1 and i <= n - 2`): when it covers the whole vector — every vector
-                # but the edges' — the true arm alone, unmasked; else lane by lane
-                return self.branch_value(self.vec.all_lanes(self, cond),
-                                         lambda: self.expr(e.true_value),
-                                         lambda: self.lane_select(e), "isel")
-            return self.lane_select(e)
-        c = self.expr(e.cond)
         if self.vec is not None and self.vec.uniform(e.cond):
             # every lane takes the same arm: a branch (only the taken arm's loads run)
+            c = self.expr(e.cond)
             c0 = b.extract_element(c, ir.Constant(ir.IntType(32), 0)) \
                 if isinstance(c.type, ir.VectorType) else c
             return self.branch_value(c0, lambda: self.expr(e.true_value),
                                      lambda: self.expr(e.false_value), "usel")
+        if self.vec is not None:
+            cond = self.vec.interval(e.cond)
+            if cond is None:
+                return self.lane_select(e)
+            # the lanes that take the true arm are an interval (a stencil's interior,
+            # `i >= 1 and i <= n - 2`): when it covers the whole vector — every vector but
+            # the edges' — the true arm alone, unmasked; else lane by lane
+            return self.branch_value(self.vec.all_lanes(self, cond),
+                                     lambda: self.expr(e.true_value),
+                                     lambda: self.lane_select(e), "isel")
+        c = self.expr(e.cond)
         if not (_has_side_effects_or_traps(e.true_value) or
                 _has_side_effects_or_traps(e.false_value)):
             return b.select(c, self.expr(e.true_value), self.expr(e.false_value))

@@ -19,7 +19,8 @@ from ...ir.expr import (
     Add, Cast, Const, Expr, FloorDiv, FloorMod, IndexCheck, Load, Mul, Sub, Var, binary,
 )
 from ...ir.stmt import Let, Store
-from ...ir.visit import interval_condition, map_expr, substitute, walk
+from ...ir.visit import map_expr, substitute, walk
+from ...polyhedral.affine import interval_condition
 from . import stream
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
