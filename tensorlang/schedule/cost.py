@@ -14,7 +14,7 @@ into time):
   iterations times footprint, as `tl.analyze`'s data movement per level counts it exactly;
   consecutive iterations that overlap along memory (a stencil's rows) load a sweep's
   footprint at most, and a read of what an earlier statement in the same iteration of
-  their common loops touched (softmax per row) finds it in the cache that holds them all;
+  their common loops touched (softmax per row) finds it in the cache that holds them all (`traffic.py`);
 - *instructions*: the body's arithmetic (a multiply feeding an add is one fused
   instruction; exp, log, division cost more), over the vector lanes of the innermost
   vectorised loop, per *register block* (the body of the innermost loop that is neither
@@ -35,7 +35,6 @@ caches, cores), so a cross target is modelled without running anything.
 
 from __future__ import annotations
 
-import functools
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -48,6 +47,7 @@ from ..ir.visit import walk, walk_stmt
 from ..polyhedral.affine import interval_condition
 from .placed import (_box, _carried, _carry_distance, _moving, _moving_vars, _Stmt, _val,
                      placed_statements)
+from .traffic import LINE_BYTES, _count, _resident, _set_conflict_lines, _traffic
 
 GHZ = 3.0e9
 FMA_PIPES = 2             # vector arithmetic instructions per cycle
@@ -57,7 +57,6 @@ FMA_LATENCY = 4           # cycles
 FORWARD_LATENCY = 7       # an add through memory: store, forwarded load, add
 MINMAX_LATENCY = 7        # a NaN-propagating max: compare, blend, max, dependent
 INTERLEAVE = 4            # accumulators LLVM's loop vectoriser keeps for a reduction
-LINE_BYTES = 64
 BYTES_PER_CYCLE = (64, 10)   # into L1 from L2, into L2 from L3 (per core; the second is
                              # the target's own where it is known: Target.l3_bytes_per_cycle)
 DRAM_BYTES_PER_S = 25e9   # the whole machine
@@ -71,8 +70,6 @@ OOO_WINDOW = 256          # instructions the core looks ahead (out-of-order wind
 EXACT_POINTS = 1 << 16    # loop values a wavefront's exact launch count may enumerate
 SMALL_LOOP = 4            # LLVM unrolls innermost loops this short completely
 OVERLAP_NORM = 4          # compute and traffic overlap as the 4-norm of their times
-FILL = 0.75               # the share of a cache a footprint may take and stay resident
-ARRAY_OFFSET = 16         # an array's first byte past a line's (numpy's large arrays: 16)
 SET_CONFLICT_CYCLES = 10  # a line lost to a set's conflicts and fetched again from L2
 LOOP_EXIT_CYCLES = 12     # a loop's exit branch, mispredicted (`_statement`)
 FULL_UNROLL = 16          # LLVM unrolls a loop of up to this many iterations whole (`_promoted`)
@@ -227,16 +224,6 @@ def _arith(body, moving=None) -> tuple[float, Counter]:
     return max(ops, 1.0), loads
 
 
-def _bytes(box: list[int], itemsize: int) -> int:
-    if not box or 0 in box:
-        return 0
-    line = max(1, LINE_BYTES // itemsize)
-    n = -(-box[-1] // line) * line
-    for x in box[:-1]:
-        n *= x
-    return n * itemsize
-
-
 def estimate(s, target) -> CostReport:
     """The model's time of schedule `s` on `target` (see the module)."""
     from ..target import Target
@@ -306,46 +293,6 @@ def _promoted(stmts: list[_Stmt], tgt) -> set[str]:
                 for d in range(prefix, st.n) if st.footprint(m, d) != st.footprint(m, d - 1))
             ok[name] = ok.get(name, True) and fits
     return {name for name, fits in ok.items() if fits}
-
-
-def _resident(stmts: list[_Stmt], tgt) -> list[dict[str, int]]:
-    """Per statement, {tensor: c}: the tensors it reads whose elements, in each iteration
-    of the loops it shares with statements before it, those statements already touched
-    (isl: its map from the shared loops' values to elements is a subset of theirs), with
-    everything those statements touch in one such iteration fitting cache level c — the
-    read finds them in level c (softmax's rows: the maximum reads a row, the exponentials
-    read it again from L1). Reads of such a tensor bring nothing into level c or beyond."""
-    depth = max((len(st.e.path) for st in stmts), default=0)
-    order = sorted(range(len(stmts)), key=lambda k: stmts[k].e.padded(depth))
-    out: list[dict[str, int]] = [{} for _ in stmts]
-
-    def touched(st: _Stmt, m: isl.Map, k: int) -> isl.Map:
-        return st.prefix[k - 1].reverse().apply_range(m)    # shared loop values -> elements
-
-    for pos, b in enumerate(order):
-        sb = stmts[b]
-        for k in range(sb.n, 0, -1):                   # the deepest shared loops first
-            key = sb.e.path[:k + 1]
-            group = [a for a in order if stmts[a].e.path[:k + 1] == key and
-                     stmts[a].n >= k]
-            before = [a for a in order[:pos] if a in group]
-            if not before:
-                continue
-            size = sum(_bytes(stmts[a].footprint(m, k - 1), sz)
-                       for a in group for _, _, local, m, sz in stmts[a].accesses if not local)
-            level = next((c for c, cap in enumerate(tgt.cache_bytes) if size <= cap * FILL),
-                         None)
-            if level is None:
-                continue
-            for name, write, local, m, _ in sb.accesses:
-                if write or local or name in out[b]:
-                    continue
-                earlier = [touched(stmts[a], mm, k) for a in before
-                           for nm, _, _, mm, _ in stmts[a].accesses if nm == name]
-                if earlier and touched(sb, m, k).is_subset(
-                        functools.reduce(isl.Map.union, earlier)):
-                    out[b][name] = level
-    return out
 
 
 def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None,
@@ -588,50 +535,6 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None,
                           overhead), cycle_s)
 
 
-def _set_conflict_lines(st: _Stmt, r: int, iters: list[int], tgt) -> float:
-    """Lines that one iteration of loop r-1 (a tile: one run of loop r) shares with the next
-    and loses to the conflicts of an L1 set. A tile whose rows lie a multiple of the L1's
-    size / ways apart (4 KiB: 1024 floats) puts one line of each row in the same set; with
-    more rows than the set has ways, the lines at the tile's edges, which the neighbouring
-    tile reads or writes again (an array starts ARRAY_OFFSET bytes past a line, so a row's
-    piece of the tile begins and ends inside lines), are evicted before it comes. Measured
-    on Zen 5 (12 ways), the 3x3 blur inlined into tiles of 32 x 16 / 16 x 16 / 8 x 16
-    vectors, 1024-float output rows: 0.30 / 0.15 / 0.10 ms, rows of vectors 0.09 (0.14 /
-    0.11 / 0.10 with the output aligned to a line). Only where the tile fits the L1 by its
-    size (else the traffic counts its lines). This replaces a "column walk" term that
-    charged any tile of 8 or more rows: tiles of 8 rows measure as fast as rows."""
-    ways = tgt.l1_ways
-    sets = max(1, tgt.cache_bytes[0] // ways // LINE_BYTES)
-    glob = [(m, size, stride) for (_, _, local, m, size), stride in
-            zip(st.accesses, st.strides) if not local and stride and len(stride) >= 2]
-    if r < 1 or not glob:
-        return 0.0
-    feet = [st.footprint(m, r - 1) for m, _, _ in glob]
-    if sum(_bytes(b, size) for b, (_, size, _) in zip(feet, glob)) > tgt.cache_bytes[0] * FILL:
-        return 0.0
-    lost = 0.0
-    for box, (_, size, stride) in zip(feet, glob):
-        if len(box) != len(stride) or _count(box[:-1]) <= ways or _count(box[:-1]) > 1 << 12:
-            continue
-        width = box[-1] * size
-        rows = [0]
-        for extent, step in zip(box[:-1], stride[:-1]):
-            rows = [o + k * step for o in rows for k in range(extent)]
-        count = [0] * sets
-        edges = []
-        for o in rows:
-            start, end = ARRAY_OFFSET + o, ARRAY_OFFSET + o + width
-            first, last = start // LINE_BYTES, (end - 1) // LINE_BYTES
-            for line in range(first, last + 1):
-                count[line % sets] += 1
-            # the lines the neighbouring tile shares: those the piece does not cover whole
-            edges.append({k % sets for k, cut in ((first, start), (last, end))
-                          if cut % LINE_BYTES})
-        for e in edges:       # a set over its ways keeps its lines in proportion
-            lost += sum(max(0, count[k] - ways) / count[k] for k in e)
-    return lost * iters[r]
-
-
 def _exact_rounds(st: _Stmt, p: int, rep: int, cores: int):
     """A parallel loop p whose number of iterations varies with the loops around it (a
     skewed wavefront: one tile on the first anti-diagonal, the most in the middle one, which
@@ -742,62 +645,3 @@ def _split(st: _Stmt, m: isl.Map, r: int, size: int, stride) -> bool:
     if st.first_last_index(m, r) % line:
         return True
     return any(x % LINE_BYTES for x in (stride or ())[:-1])
-
-
-def _count(box: list[int]) -> int:
-    n = 1
-    for x in box:
-        n *= x
-    return n
-
-
-def _traffic(st: _Stmt, tgt, resident: dict[str, int]) -> list[int]:
-    """Bytes loaded into L1 (from L2), into L2 (from L3) and from DRAM (see the module):
-    per cache, the outermost loop whose body's footprint fits it; per tensor, moved outward
-    over the loops that do not index it. Data that fits the last level stays there between
-    calls, and so does data that fits one core's L2 (nothing from beyond it: a heat stencil of
-    64 x 4096 floats measured 0.05 ms, as fast as L2 serves it); a written line goes to DRAM
-    and back (write-allocate)."""
-    n = st.n
-    glob = [(write, m, size) for _, write, local, m, size in st.accesses if not local]
-    names = [name for name, _, local, _, _ in st.accesses if not local]
-    along = []                  # whether the innermost loop reads along memory (unit stride)
-    for (_, _, local, m, size), stride in zip(st.accesses, st.strides):
-        if not local:
-            moving = _moving(st, m)
-            along.append(not moving or not stride or stride[moving[-1]] == size)
-    if not glob:
-        return [0, 0, 0]
-    iters = [1]
-    for t in st.trips:
-        iters.append(iters[-1] * t)
-    feet = [[st.footprint(m, d) for d in range(-1, n)] for _, m, _ in glob]
-    levels = [sum(_bytes(f[d + 1], g[2]) for f, g in zip(feet, glob)) for d in range(-1, n)]
-    whole: dict[str, int] = {}          # each tensor once (a recurrence reads what it writes)
-    for f, g, name in zip(feet, glob, names):
-        whole[name] = max(whole.get(name, 0), _bytes(f[0], g[2]))
-    out = []
-    total = sum(whole.values())
-    for c, cap in enumerate(tgt.cache_bytes):
-        if c >= 1 and total <= cap * FILL:
-            out.extend([0] * (3 - c))      # all of it stays in this level between calls
-            break
-        dstar = next((d for d in range(-1, n) if levels[d + 1] <= cap * FILL), n - 1)
-        moved = 0
-        for f, (write, _, size), name, unit in zip(feet, glob, names, along):
-            if not write and resident.get(name, 3) <= c:
-                continue                       # already in this level (`_resident`)
-            d = dstar
-            while d >= 0 and f[d] == f[d + 1]:
-                d -= 1                         # loop d does not index the tensor: reused
-            b = _bytes(f[d + 1], size) * iters[d + 1]
-            if d >= 0 and unit:
-                # consecutive iterations of loop d that overlap (a stencil's rows, a
-                # convolution's window): the lines they share stay, so a sweep of loop d
-                # loads at most its whole footprint. (Not for an access across memory —
-                # a transposed read walking down columns — whose lines come back one per
-                # element at the latency of a miss, which the model has no term for.)
-                b = min(b, _bytes(f[d], size) * iters[d])
-            moved += 2 * b if write and c >= 1 else b     # written lines go back
-        out.append(moved)
-    return out

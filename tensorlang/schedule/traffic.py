@@ -1,0 +1,170 @@
+"""The cost model's data movement (see `cost`): bytes each statement brings into L1, L2
+and from DRAM per call — per cache level, the outermost loop whose footprint fits it, with
+reuse across the loops that do not index a tensor (isl's footprints and trip counts, from
+`placed`); which reads find what an earlier statement of the same loop iteration touched
+(`_resident`); and the lines a tile loses to an L1 set's conflicts."""
+
+from __future__ import annotations
+
+import functools
+
+import islpy as isl
+
+from .placed import _moving, _Stmt
+
+LINE_BYTES = 64
+FILL = 0.75               # the share of a cache a footprint may take and stay resident
+ARRAY_OFFSET = 16         # an array's first byte past a line's (numpy's large arrays: 16)
+
+
+def _bytes(box: list[int], itemsize: int) -> int:
+    if not box or 0 in box:
+        return 0
+    line = max(1, LINE_BYTES // itemsize)
+    n = -(-box[-1] // line) * line
+    for x in box[:-1]:
+        n *= x
+    return n * itemsize
+
+
+def _count(box: list[int]) -> int:
+    n = 1
+    for x in box:
+        n *= x
+    return n
+
+
+def _resident(stmts: list[_Stmt], tgt) -> list[dict[str, int]]:
+    """Per statement, {tensor: c}: the tensors it reads whose elements, in each iteration
+    of the loops it shares with statements before it, those statements already touched
+    (isl: its map from the shared loops' values to elements is a subset of theirs), with
+    everything those statements touch in one such iteration fitting cache level c — the
+    read finds them in level c (softmax's rows: the maximum reads a row, the exponentials
+    read it again from L1). Reads of such a tensor bring nothing into level c or beyond."""
+    depth = max((len(st.e.path) for st in stmts), default=0)
+    order = sorted(range(len(stmts)), key=lambda k: stmts[k].e.padded(depth))
+    out: list[dict[str, int]] = [{} for _ in stmts]
+
+    def touched(st: _Stmt, m: isl.Map, k: int) -> isl.Map:
+        return st.prefix[k - 1].reverse().apply_range(m)    # shared loop values -> elements
+
+    for pos, b in enumerate(order):
+        sb = stmts[b]
+        for k in range(sb.n, 0, -1):                   # the deepest shared loops first
+            key = sb.e.path[:k + 1]
+            group = [a for a in order if stmts[a].e.path[:k + 1] == key and
+                     stmts[a].n >= k]
+            before = [a for a in order[:pos] if a in group]
+            if not before:
+                continue
+            size = sum(_bytes(stmts[a].footprint(m, k - 1), sz)
+                       for a in group for _, _, local, m, sz in stmts[a].accesses if not local)
+            level = next((c for c, cap in enumerate(tgt.cache_bytes) if size <= cap * FILL),
+                         None)
+            if level is None:
+                continue
+            for name, write, local, m, _ in sb.accesses:
+                if write or local or name in out[b]:
+                    continue
+                earlier = [touched(stmts[a], mm, k) for a in before
+                           for nm, _, _, mm, _ in stmts[a].accesses if nm == name]
+                if earlier and touched(sb, m, k).is_subset(
+                        functools.reduce(isl.Map.union, earlier)):
+                    out[b][name] = level
+    return out
+
+
+def _set_conflict_lines(st: _Stmt, r: int, iters: list[int], tgt) -> float:
+    """Lines that one iteration of loop r-1 (a tile: one run of loop r) shares with the next
+    and loses to the conflicts of an L1 set. A tile whose rows lie a multiple of the L1's
+    size / ways apart (4 KiB: 1024 floats) puts one line of each row in the same set; with
+    more rows than the set has ways, the lines at the tile's edges, which the neighbouring
+    tile reads or writes again (an array starts ARRAY_OFFSET bytes past a line, so a row's
+    piece of the tile begins and ends inside lines), are evicted before it comes. Measured
+    on Zen 5 (12 ways), the 3x3 blur inlined into tiles of 32 x 16 / 16 x 16 / 8 x 16
+    vectors, 1024-float output rows: 0.30 / 0.15 / 0.10 ms, rows of vectors 0.09 (0.14 /
+    0.11 / 0.10 with the output aligned to a line). Only where the tile fits the L1 by its
+    size (else the traffic counts its lines). This replaces a "column walk" term that
+    charged any tile of 8 or more rows: tiles of 8 rows measure as fast as rows."""
+    ways = tgt.l1_ways
+    sets = max(1, tgt.cache_bytes[0] // ways // LINE_BYTES)
+    glob = [(m, size, stride) for (_, _, local, m, size), stride in
+            zip(st.accesses, st.strides) if not local and stride and len(stride) >= 2]
+    if r < 1 or not glob:
+        return 0.0
+    feet = [st.footprint(m, r - 1) for m, _, _ in glob]
+    if sum(_bytes(b, size) for b, (_, size, _) in zip(feet, glob)) > tgt.cache_bytes[0] * FILL:
+        return 0.0
+    lost = 0.0
+    for box, (_, size, stride) in zip(feet, glob):
+        if len(box) != len(stride) or _count(box[:-1]) <= ways or _count(box[:-1]) > 1 << 12:
+            continue
+        width = box[-1] * size
+        rows = [0]
+        for extent, step in zip(box[:-1], stride[:-1]):
+            rows = [o + k * step for o in rows for k in range(extent)]
+        count = [0] * sets
+        edges = []
+        for o in rows:
+            start, end = ARRAY_OFFSET + o, ARRAY_OFFSET + o + width
+            first, last = start // LINE_BYTES, (end - 1) // LINE_BYTES
+            for line in range(first, last + 1):
+                count[line % sets] += 1
+            # the lines the neighbouring tile shares: those the piece does not cover whole
+            edges.append({k % sets for k, cut in ((first, start), (last, end))
+                          if cut % LINE_BYTES})
+        for e in edges:       # a set over its ways keeps its lines in proportion
+            lost += sum(max(0, count[k] - ways) / count[k] for k in e)
+    return lost * iters[r]
+
+
+def _traffic(st: _Stmt, tgt, resident: dict[str, int]) -> list[int]:
+    """Bytes loaded into L1 (from L2), into L2 (from L3) and from DRAM (see the module):
+    per cache, the outermost loop whose body's footprint fits it; per tensor, moved outward
+    over the loops that do not index it. Data that fits the last level stays there between
+    calls, and so does data that fits one core's L2 (nothing from beyond it: a heat stencil of
+    64 x 4096 floats measured 0.05 ms, as fast as L2 serves it); a written line goes to DRAM
+    and back (write-allocate)."""
+    n = st.n
+    glob = [(write, m, size) for _, write, local, m, size in st.accesses if not local]
+    names = [name for name, _, local, _, _ in st.accesses if not local]
+    along = []                  # whether the innermost loop reads along memory (unit stride)
+    for (_, _, local, m, size), stride in zip(st.accesses, st.strides):
+        if not local:
+            moving = _moving(st, m)
+            along.append(not moving or not stride or stride[moving[-1]] == size)
+    if not glob:
+        return [0, 0, 0]
+    iters = [1]
+    for t in st.trips:
+        iters.append(iters[-1] * t)
+    feet = [[st.footprint(m, d) for d in range(-1, n)] for _, m, _ in glob]
+    levels = [sum(_bytes(f[d + 1], g[2]) for f, g in zip(feet, glob)) for d in range(-1, n)]
+    whole: dict[str, int] = {}          # each tensor once (a recurrence reads what it writes)
+    for f, g, name in zip(feet, glob, names):
+        whole[name] = max(whole.get(name, 0), _bytes(f[0], g[2]))
+    out = []
+    total = sum(whole.values())
+    for c, cap in enumerate(tgt.cache_bytes):
+        if c >= 1 and total <= cap * FILL:
+            out.extend([0] * (3 - c))      # all of it stays in this level between calls
+            break
+        dstar = next((d for d in range(-1, n) if levels[d + 1] <= cap * FILL), n - 1)
+        moved = 0
+        for f, (write, _, size), name, unit in zip(feet, glob, names, along):
+            if not write and resident.get(name, 3) <= c:
+                continue                       # already in this level (`_resident`)
+            d = dstar
+            while d >= 0 and f[d] == f[d + 1]:
+                d -= 1                         # loop d does not index the tensor: reused
+            b = _bytes(f[d + 1], size) * iters[d + 1]
+            if d >= 0 and unit:
+                # consecutive iterations of loop d that overlap (a stencil's rows, a
+                # convolution's window): the lines they share stay, so a sweep of loop d
+                # loads at most its whole footprint. (Not for an access across memory —
+                # a transposed read walking down columns — whose lines come back one per
+                # element at the latency of a miss, which the model has no term for.)
+                b = min(b, _bytes(f[d], size) * iters[d])
+            moved += 2 * b if write and c >= 1 else b     # written lines go back
+        out.append(moved)
+    return out
