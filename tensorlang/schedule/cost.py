@@ -14,7 +14,8 @@ into time):
   iterations times footprint, as `tl.analyze`'s data movement per level counts it exactly;
   consecutive iterations that overlap along memory (a stencil's rows) load a sweep's
   footprint at most, and a read of what an earlier statement in the same iteration of
-  their common loops touched (softmax per row) finds it in the cache that holds them all (`traffic.py`);
+  their common loops touched (softmax per row) finds it in the cache that holds them
+  all (`traffic.py`);
 - *instructions*: the body's arithmetic (a multiply feeding an add is one fused
   instruction; exp, log, division cost more), over the vector lanes of the innermost
   vectorised loop, per *register block* (the body of the innermost loop that is neither
