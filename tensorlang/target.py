@@ -35,6 +35,9 @@ _X86 = ("x86_64", "i386", "i686")
 # bytes a cycle one core streams from the last-level cache into its L2, where measured
 # (Target.l3_bytes_per_cycle)
 _L3_BYTES_PER_CYCLE = {"znver5": 31.0}
+# CPUs whose last-level cache is a victim cache of the cores' L2s, fast for each core (AMD
+# Zen): a kernel's output stays there while everything fits (Target.stream_store_bytes)
+_VICTIM_LLC = ("znver",)
 
 
 @dataclass(frozen=True)
@@ -200,6 +203,30 @@ class Target:
         if env is not None:
             return env
         return _L3_BYTES_PER_CYCLE.get(self.cpu, 10.0)
+
+    @property
+    def stream_store_bytes(self) -> int:
+        """The bytes of a kernel's arrays, all together, past which its outputs are stored
+        non-temporally on x86-64 (`backends/llvm/stream.py`): the cores' L2s together, where
+        a line written from the last level costs a read for ownership and a write-back over
+        a narrow path (a 2-core Xeon: E = D + (A+B)*C over 2^21 floats, 40 MiB, 50 -> 58-62
+        GB/s streamed); the last-level cache itself on AMD Zen, whose L3 takes the L2s'
+        victims at ~30 bytes a cycle a core. Measured on Zen 5 (2 cores, 32 MiB L3), each
+        pair in one process, in turn: a copy of 8 / 16 / 24 / 32 MiB in all ran 1.2 / 1.3 /
+        1.4 / 1.4x slower streamed (DRAM takes what the L3 would have kept), 48 MiB level,
+        64 / 128 / 320 MiB 0.89 / 0.84 / 0.78x (E = D + (A+B)*C alike: 1.12x at 32 MiB,
+        0.82-0.87x from 64)."""
+        l1, l2, last = self.cache_bytes
+        return last if self.victim_llc else l2 * self.cores
+
+    @property
+    def victim_llc(self) -> bool:
+        """Whether the last-level cache is a victim cache of the cores' L2s, fed fast (AMD
+        Zen): a line an L2 lets go moves there beside the misses, and a written line costs
+        the bandwidth into the L2 once, its read for ownership (the cost model's traffic;
+        Zen 5: a copy, a fill and an add, L3-resident, each ran at ~33 bytes a cycle a core
+        counting each written line once, as a sum reads)."""
+        return self.cpu.startswith(_VICTIM_LLC)
 
     @property
     def cores(self) -> int:

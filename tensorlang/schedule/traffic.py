@@ -165,6 +165,7 @@ def _traffic(st: _Stmt, tgt, resident: dict[str, int]) -> list[int]:
                 # a transposed read walking down columns — whose lines come back one per
                 # element at the latency of a miss, which the model has no term for.)
                 b = min(b, _bytes(f[d], size) * iters[d])
-            moved += 2 * b if write and c >= 1 else b     # written lines go back
+            back = write and (c >= 2 or c == 1 and not tgt.victim_llc)
+            moved += 2 * b if back else b     # written lines go back
         out.append(moved)
     return out

@@ -311,14 +311,17 @@ def test_the_last_level_cache_rate_is_the_cpus_measured_one_or_the_environments(
     zen5 = tl.Target.parse("llvm -mtriple=x86_64-unknown-linux-gnu -mcpu=znver5")
     other = tl.Target.parse("llvm -mtriple=x86_64-unknown-linux-gnu -mcpu=skylake-avx512")
     assert (zen5.l3_bytes_per_cycle, other.l3_bytes_per_cycle) == (31.0, 10.0)
-    # a stream from the last level is predicted 3.1x faster on the faster one
+    # a stream from the last level is predicted 3.1x faster on the faster one, and its
+    # written lines cost that path once there (Zen's L3 takes the L2s' victims), twice on
+    # the other: 3.1 x 3/2
+    assert zen5.victim_llc and not other.victim_llc
     n = 1 << 22
     X = tl.placeholder((n,), "float32", name="X")
     Y = tl.compute((n,), lambda i: X[i] * 2.0, name="Y")
     s = tl.create_schedule(Y)
     s[Y].vectorize(s[Y].split(Y.op.axis[0], factor=16)[1])
     fast, slow = (cost.estimate(s, t).statements[0].memory_s[1] for t in (zen5, other))
-    assert fast > 0 and slow == pytest.approx(3.1 * fast)
+    assert fast > 0 and slow == pytest.approx(3.1 * 1.5 * fast)
     monkeypatch.setenv("TL_L3_BYTES_PER_CYCLE", "20")
     assert zen5.l3_bytes_per_cycle == other.l3_bytes_per_cycle == 20.0
     for bad in ("fast", "0", "-3"):

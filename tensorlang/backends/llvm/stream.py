@@ -1,12 +1,16 @@
 """Streaming (non-temporal) stores: output arrays written past the caches.
 
-A kernel that writes an array it never reads, when everything it touches outgrows the cores'
-private caches, gains nothing from the written lines sitting in cache: a plain store first
-reads each line from memory (read for ownership) and later writes it back, so the output
-costs twice its size in memory traffic. A non-temporal store (`movntps`) writes the line
-without reading it. Measured on a 2-core AVX-512 Xeon, E = D + (A+B)*C over 2^24 floats:
-30 -> 36-38 GB/s; 2^21: 50 -> 58-62; at 2^16 (1.25 MiB in all, inside the L2) plain stores
-are faster (51 against 33-44), hence the size rule.
+A kernel that writes an array it never reads, when everything it touches outgrows the caches
+that would keep it (the cores' L2s; AMD Zen's last level), gains nothing from the written
+lines sitting in cache: a plain store first reads each line from memory (read for ownership)
+and later writes it back, so the output costs twice its size in memory traffic. A
+non-temporal store (`movntps`) writes the line without reading it. Measured on a 2-core
+AVX-512 Xeon, E = D + (A+B)*C over 2^24 floats: 30 -> 36-38 GB/s; 2^21: 50 -> 58-62; at 2^16
+(1.25 MiB in all, inside the L2) plain stores are faster (51 against 33-44), hence the size
+rule. On AMD Zen the last-level cache keeps an output the L2s let go at a high rate, and
+streaming it to DRAM is slower until everything outgrows that cache
+(`Target.stream_store_bytes`: Zen 5, a copy of 24 MiB 1.4x slower streamed, of 320 MiB
+0.78x).
 
 x86-64 only (measured there; AArch64's `stnp` orders differently). A non-temporal vector store
 must be aligned to its size, which numpy's arrays (16-byte aligned) often are not: each
@@ -36,8 +40,9 @@ def streamed_buffers(name: str, buffers: list[Buffer], body: Stmt, target) -> se
     """The ids of the arguments whose vector stores stream: on x86-64, in a kernel that
     allocates nothing (a map from its inputs to its outputs, each element written as the
     inputs are read), arrays it never reads, when all its arrays together (constant sizes)
-    exceed the L2s of the cores, and whose every store is a vector store that the loops
-    around it continue in one ascending run of at least RUN bytes.
+    exceed `Target.stream_store_bytes` (the cores' L2s; AMD Zen's last level), and whose
+    every store is a vector store that the loops around it continue in one ascending run
+    of at least RUN bytes.
 
     Measured where that does not hold (2-core Xeon, each setting in its own process, in
     turn): a matmul's register tile written back a few vectors per row (short runs, several
@@ -54,8 +59,8 @@ def streamed_buffers(name: str, buffers: list[Buffer], body: Stmt, target) -> se
         for x in b.shape:
             n *= int(x.value)
         total += n
-    l2, cores = target.cache_bytes[1], target.cores
-    if total <= l2 * cores:
+    limit = target.stream_store_bytes
+    if total <= limit:
         return set()
     loaded = set()
     for st in walk_stmt(body):
@@ -69,8 +74,8 @@ def streamed_buffers(name: str, buffers: list[Buffer], body: Stmt, target) -> se
     if out:
         names = ", ".join(b.name for b in buffers if id(b) in out)
         debug_print(1, f"llvm: {name} streams its stores to {names} past the caches "
-                       f"(non-temporal: {total >> 20} MiB in all > {cores} x "
-                       f"{l2 >> 10} KiB of L2)")
+                       f"(non-temporal: {total >> 20} MiB in all > {limit >> 20} MiB, "
+                       f"Target.stream_store_bytes)")
     return out
 
 
