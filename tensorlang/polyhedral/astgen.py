@@ -175,6 +175,9 @@ class _Translator:
         self.env: dict[str, Var] = {}  # isl iterator -> loop variable
         self.images: dict[str, isl.Set] = {}   # statement -> its time image
         self.loop_images: dict[tuple, isl.Set] = {}   # ... on the loops emitted around it
+        # a strided loop's iterator (isl: every step-th value) -> its counter k, its first
+        # value and its step (`node`: v = first + step * k), while its body is made
+        self.strided: dict[str, tuple[Var, Expr, int]] = {}
         self.locals = list(locals_)
 
     def allocate_locals(self, k: int, body: Stmt, parallel: bool) -> Stmt:
@@ -352,16 +355,32 @@ class _Translator:
 
     def plain_index(self, ts: TimedStatement, e: Expr) -> Expr | None:
         """The affine function of the enclosing loops' variables that `e` (an index over
-        them, with divisions) equals on every instance of `ts`, or None."""
+        them, with divisions) equals on every instance of `ts`, or None. A strided loop's
+        counter is one of those variables (a stage at a loop fused with another, its rows
+        64 values apart: its buffer's row is the counter, `(v - ...) // 60 - ...` in v)."""
         names = {v.name: it for it, v in self.env.items()}
         used = free_vars(e)
         if not used <= set(names) | set(self.params):
             return None
-        text = affine_str(substitute(e, {n: Var(it, int64) for n, it in names.items()
-                                         if n in used}))
+        to_iters = {n: Var(it, int64) for n, it in names.items()}
+        iters = sorted(self.env, key=lambda it: int(it[1:]))
+        counters, ties = [], []
+        for it in iters:
+            if it in self.strided and self.env[it].name in used:
+                # the strided loop's value in its counter's terms, so that isl's hull
+                # finds the index in the counter (not a division of the value)
+                k, first, step = self.strided[it]
+                first = substitute(first, to_iters)
+                first_text = affine_str(first)
+                if first_text is None:
+                    continue
+                counters.append(f"k{it[1:]}")
+                ties.append(f"{it} = {first_text} + {step} * k{it[1:]}")
+                to_iters[self.env[it].name] = binary(Add, first, binary(
+                    Mul, Var(counters[-1], int64), Const(step, int64)))
+        text = affine_str(substitute(e, {n: x for n, x in to_iters.items() if n in used}))
         if text is None:
             return None
-        iters = sorted(self.env, key=lambda it: int(it[1:]))
         key = (ts.stmt.name, tuple(iters))
         dom = self.loop_images.get(key)
         if dom is None:
@@ -375,16 +394,26 @@ class _Translator:
                   for k in range(dom.dim(isl.dim_type.param))]
         extra = sorted(v for v in used if v in self.params and v not in params)
         try:
-            m = isl.Map(f"[{', '.join(params + extra)}] -> {{ [{', '.join(iters)}] -> [x] : "
-                        f"x = {text} }}")
-            hull = m.intersect_domain(dom.align_params(m.get_space().domain())).affine_hull()
+            m = isl.Map(f"[{', '.join(params + extra)}] -> {{ [{', '.join(iters + counters)}]"
+                        f" -> [x] : {' and '.join([f'x = {text}'] + ties)} }}")
+            if counters:
+                dom = dom.add_dims(isl.dim_type.set, len(counters))
+            m = m.intersect_domain(dom.align_params(m.get_space().domain()))
+            names_in = iters + counters
+            for c in reversed(counters):        # the strided values: their counters say it
+                at = names_in.index(f"t{c[1:]}")
+                m = m.project_out(isl.dim_type.in_, at, 1)
+                del names_in[at]
+            hull = m.affine_hull()
             pa = isl.PwMultiAff.from_map(isl.Map.from_basic_map(hull)).get_pw_aff(0)
         except isl.Error:
             return None
         if pa.n_piece() != 1 or any(a.dim(isl.dim_type.div) for _, a in pa.get_pieces()):
             return None
         from .placement import pw_aff_expr
-        return pw_aff_expr(pa, dict(self.env), self.params, names=iters)
+        dims = dict(self.env)
+        dims.update({c: self.strided[f"t{c[1:]}"][0] for c in counters})
+        return pw_aff_expr(pa, dims, self.params, names=names_in)
 
     def unique(self, name: str) -> str:
         used = {v.name for v in self.env.values()}
@@ -420,6 +449,9 @@ class _Translator:
                 op = cond.get_op_type()
                 ub = self.expr(cond.get_op_arg(1))
                 extent = ub - init + 1 if op == isl.ast_expr_op_type.le else ub - init
+                if step != 1:
+                    k = Var(self.unique(f"{v.name}_k"), int64)
+                    self.strided[it] = (k, simplify(init), step)
                 body = self.node(n.for_get_body())
                 body = self.allocate_locals(
                     k_dim, body, info.kind in (LoopKind.PARALLEL, LoopKind.GPU_BLOCK,
@@ -431,11 +463,11 @@ class _Translator:
                     return _loop(v, init, extent, body, info, bound)
                 # a strided loop (isl found that only every step-th value has points): count
                 # its iterations with k and let v = init + step * k
-                k = Var(self.unique(f"{v.name}_k"), int64)
                 trips = simplify((extent + (step - 1)) // step)
                 body = Let(v, simplify(init + k * step), body)
                 return _loop(k, Const(0, int64), trips, body, info)
             finally:
+                self.strided.pop(it, None)
                 if saved is None:
                     del self.env[it]
                 else:
@@ -467,15 +499,28 @@ def _loop(v: Var, init: Expr, extent: Expr, body: Stmt, info: Loop,
         bound = None
     if not wide or isinstance(extent, Const) or info.max_extent is None:
         return For(v, init, extent, body, info.kind, info.thread_tag, bound)
-    full = Const(info.max_extent, extent.dtype)
+    # the placed statement's loop takes at most info.max_extent values for fixed outer
+    # loops, but isl's loop can run over more when it did not emit one of those outer loops
+    # (its value follows from this one's: a stage's rows fused with its column tiles,
+    # computed at a tile of the next that straddles two of them — lanes 6, 7 of one tile
+    # and 0, 1 of the next in one loop over 0..7). `bound` is isl's bound on this loop's
+    # extent: the full case is that wide; without a bound, an extent past it runs serially
+    widest = info.max_extent if bound is None else max(info.max_extent, bound)
+    full = Const(widest, extent.dtype)
+    zero = Const(0, extent.dtype)
     if info.kind is LoopKind.VECTORIZED:
         # the tail of a vector loop is a vector loop too, its lanes past the extent masked
         # off: a register tile is then accessed by whole vectors only (a scalar tail's
         # dynamic index kept the whole tile in memory: 4x slower at sizes like 1000)
-        tail = If(compare(GT, extent, Const(0, extent.dtype)),
-                  For(v, init, full, If(compare(LT, v, init + extent), body), info.kind))
+        masked = For(v, init, full, If(compare(LT, v, init + extent), body), info.kind)
+        if bound is None:
+            tail = If(compare(GT, extent, full), For(v, init, extent, body, LoopKind.SERIAL),
+                      If(compare(GT, extent, zero), masked))
+        else:
+            tail = If(compare(GT, extent, zero), masked)
     else:   # an unrolled loop's tail keeps its bound: the backends unroll it with guards
-        tail = For(v, init, extent, body, LoopKind.SERIAL, "", info.max_extent)
+        tail = For(v, init, extent, body, LoopKind.SERIAL, "",
+                   None if bound is None else widest)
     return If(compare(EQ, extent, full), For(v, init, full, body, info.kind), tail)
 
 
