@@ -290,7 +290,7 @@ def _promoted(stmts: list[_Stmt], tgt) -> set[str]:
             vectors = -(-elems * size // (lanes * 4))
             fits = vectors <= tgt.vector_registers and all(
                 kinds[d] in (LoopKind.UNROLLED, LoopKind.VECTORIZED) or
-                st.trips[d] <= FULL_UNROLL
+                st.trips[d] <= FULL_UNROLL and (st.constant[d] or not st.divided_bounds(d))
                 for d in range(prefix, st.n) if st.footprint(m, d) != st.footprint(m, d - 1))
             ok[name] = ok.get(name, True) and fits
     return {name for name, fits in ok.items() if fits}
@@ -561,9 +561,13 @@ def _exact_rounds(st: _Stmt, p: int, rep: int, cores: int):
 
 
 def _as_compiled(st: _Stmt, kinds: list) -> list:
-    """The loop kinds as LLVM leaves them: innermost serial loops of a few constant
-    iterations (a 3 x 3 window) are unrolled completely."""
+    """The loop kinds as the code generator and LLVM leave them: a parallel loop inside
+    another runs serially in each task (`codegen`: one level of threads); innermost serial
+    loops of a few constant iterations (a 3 x 3 window) are unrolled completely."""
     kinds = list(kinds)
+    outer = next((d for d in range(len(kinds)) if kinds[d] is LoopKind.PARALLEL), len(kinds))
+    kinds[outer + 1:] = [LoopKind.SERIAL if k is LoopKind.PARALLEL else k
+                         for k in kinds[outer + 1:]]
     body = 1
     for d in range(st.n - 1, -1, -1):
         if kinds[d] in (LoopKind.UNROLLED, LoopKind.VECTORIZED):

@@ -163,6 +163,18 @@ class _Stmt:
             self.constant.append(ends[0] == ends[1])
         return out
 
+    def divided_bounds(self, d: int) -> bool:
+        """Whether loop d's first or last value, as a function of the loops around it, needs
+        an integer division (`range(i // 4, (i + 2) // 4 + 1)`: a stage's tiles of 4 rows
+        computed at each row of the next): LLVM cannot bound such a count, so it does not
+        unroll the loop whole (where it does for a `min` of a tile's size and the rows
+        left)."""
+        m = isl.Map.from_range(self.prefix[d].range())
+        m = m.move_dims(isl.dim_type.in_, 0, isl.dim_type.out, 0, d)
+        return any(aff.dim(isl.dim_type.div)
+                   for ends in (m.lexmin_pw_multi_aff(), m.lexmax_pw_multi_aff())
+                   for _, aff in ends.get_pw_aff(0).get_pieces())
+
     def footprint(self, m: isl.Map, d: int) -> list[int]:
         """Bounding box of the elements one (the representative) iteration of loop d
         touches; d = -1: the whole statement's."""
