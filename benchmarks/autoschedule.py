@@ -17,7 +17,7 @@ process: a plugin that crashes (Mullapudi2016 and Adams2019 on the column sum, h
 blank cell, not a failed run.
 
 Usage: python benchmarks/autoschedule.py [--budget 30] [--quick] [--ops matmul,blur,...]
-       [--halide-python PY]
+       [--halide-python PY] [--samples DIR]
 """
 
 from __future__ import annotations
@@ -192,7 +192,7 @@ def _layer_norm(quick: bool):
     return ins, out, hand
 
 
-def run_one(name, make, budget: float, rho_n: int = 0) -> dict:
+def run_one(name, make, budget: float, rho_n: int = 0, samples: str | None = None) -> dict:
     ins, out, hand = make()
     arrays = [R.standard_normal([int(x.value) for x in t.shape]).astype("float32") for t in ins]
     res = np.zeros([int(x.value) for x in out.shape], "float32")
@@ -217,21 +217,35 @@ def run_one(name, make, budget: float, rho_n: int = 0) -> dict:
             "naive_ms": 1e3 * t_naive, "tune_s": tune_s, "rho": rho,
             "candidates": len(s.auto.candidates),
             **dict(zip(("rho_sample", "rho_repeat"),
-                       model_rho(out, rho_n) if rho_n else (None, None)))}
+                       model_rho(out, rho_n, keep=_sample_path(samples, name))
+                       if rho_n else (None, None)))}
+
+
+def _sample_path(folder: str | None, name: str) -> str | None:
+    if not folder:
+        return None
+    import os
+    import re
+
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_") + ".json")
 
 
 def _rho(a, b) -> float | None:
     return auto.AutoResult("", "", [auto.Candidate([], p, m) for p, m in zip(a, b)]).spearman
 
 
-def model_rho(out, n: int, seed: int = 7) -> tuple[float | None, float | None]:
+def model_rho(out, n: int, seed: int = 7,
+              keep: str | None = None) -> tuple[float | None, float | None]:
     """Spearman correlation between the cost model's predictions and measured times over
     `n` candidates sampled at random (the declared loop nest among them): the model's
     ranking of schedules it did not choose, not only of the search's best ones. The
     candidates are timed twice (each time all of them in turn); the second number is the
     correlation of the two timings with each other — how well the machine itself ranks
     them, the ceiling for the model's (near-equal candidates swap places between runs on
-    a noisy machine)."""
+    a noisy machine). `keep`: a JSON file for the sample (each candidate's trace, predicted
+    seconds and both timings), to study the model offline."""
+    import json
     import random
 
     rng = random.Random(seed)
@@ -245,7 +259,12 @@ def model_rho(out, n: int, seed: int = 7) -> tuple[float | None, float | None]:
     first = auto.measure_many(list(cands.values()), "llvm", rounds=3)     # in turn
     second = auto.measure_many(list(cands.values()), "llvm", rounds=3)
     best = [min(a, b) for a, b in zip(first, second)]
-    return _rho([auto.predict(s, "llvm") for s in cands.values()], best), _rho(first, second)
+    pred = [auto.predict(s, "llvm") for s in cands.values()]
+    if keep:
+        with open(keep, "w") as fh:
+            json.dump({"traces": list(cands), "predicted": pred, "first": first,
+                       "second": second, "best": best, "new": pred}, fh)
+    return _rho(pred, best), _rho(first, second)
 
 
 def halide(py: str, name: str, quick: bool) -> dict:
@@ -280,6 +299,9 @@ def main(argv=None) -> list[dict]:
                     help="an interpreter with the halide wheel, for its autoschedulers")
     ap.add_argument("--rho-sample", type=int, default=16,
                     help="random candidates measured for the model's Spearman rho (0: none)")
+    ap.add_argument("--samples", default=None,
+                    help="a folder: keep each operator's random sample there (JSON: traces, "
+                         "predicted seconds, both timings) for study offline")
     a = ap.parse_args(argv)
     ops = operators(a.quick)
     want = [w for w in a.ops.split(",") if w]
@@ -288,7 +310,7 @@ def main(argv=None) -> list[dict]:
         if want and not any(w in name for w in want):
             continue
         rows.append(run_one(name, make, 2.0 if a.quick else a.budget,
-                            min(a.rho_sample, 4) if a.quick else a.rho_sample))
+                            min(a.rho_sample, 4) if a.quick else a.rho_sample, a.samples))
         r = rows[-1]
         r["halide"] = halide(a.halide_python, name, a.quick) if a.halide_python else {}
         print(f"  {name}: auto {r['auto_ms']:.3f} ms, hand {r['hand_ms']:.3f} ms", flush=True)
