@@ -883,6 +883,16 @@ def test_a_fused_loop_walks_the_way_its_steps_go():
     assert 0.7 * rows < fused < 1.5 * rows, (fused, rows)
 
 
+def _rows_of_pieces(s, by):
+    """The blur's second stage in parallel rows of 32-column pieces, two vectors each; the
+    piece loop."""
+    jo, ji = s[by].split("j", factor=32)
+    jio, jii = s[by].split(ji, factor=16)
+    s[by].vectorize(jii)
+    s[by].parallel("i")
+    return jo
+
+
 def test_a_parallel_loop_inside_another_runs_serially_and_short_ones_unroll():
     """The code generator runs one level of threads: the blur's first stage, marked parallel
     over its rows and computed at each 32-column piece of the second's parallel rows,
@@ -896,10 +906,7 @@ def test_a_parallel_loop_inside_another_runs_serially_and_short_ones_unroll():
     tgt = tl.Target.parse("llvm -mtriple=x86_64-unknown-linux-gnu -mcpu=skylake-avx512")
     X, bx, by = _blur_program(1024)
     s = tl.create_schedule(by)
-    jo, ji = s[by].split("j", factor=32)
-    jio, jii = s[by].split(ji, factor=16)
-    s[by].vectorize(jii)
-    s[by].parallel("i")
+    jo = _rows_of_pieces(s, by)
     bo, bi = s[bx].split("j", factor=16)
     s[bx].vectorize(bi)
     s[bx].parallel("i")
@@ -913,10 +920,7 @@ def test_a_parallel_loop_inside_another_runs_serially_and_short_ones_unroll():
     assert cost._promoted(placed_statements(s), tgt) == {"bx"}
     inl = tl.create_schedule(by)
     inl[bx].compute_inline()
-    jo, ji = inl[by].split("j", factor=32)
-    jio, jii = inl[by].split(ji, factor=16)
-    inl[by].vectorize(jii)
-    inl[by].parallel("i")
+    _rows_of_pieces(inl, by)
     assert cost.estimate(s, tgt).seconds < 1.1 * cost.estimate(inl, tgt).seconds
 
 
@@ -933,10 +937,7 @@ def test_a_loop_whose_bounds_divide_is_not_unrolled_whole():
     tgt = tl.Target.parse("llvm -mtriple=x86_64-unknown-linux-gnu -mcpu=skylake-avx512")
     X, bx, by = _blur_program(1024)
     s = tl.create_schedule(by)
-    jo, ji = s[by].split("j", factor=32)
-    jio, jii = s[by].split(ji, factor=16)
-    s[by].vectorize(jii)
-    s[by].parallel("i")
+    jo = _rows_of_pieces(s, by)
     bjo, bji = s[bx].split("j", factor=16)
     bio, bii = s[bx].split("i", factor=4)
     s[bx].reorder(bio, bjo, bii, bji)
