@@ -54,6 +54,10 @@ GHZ = 3.0e9
 FMA_PIPES = 2             # vector arithmetic instructions per cycle
 LOADS_PER_CYCLE = 2
 STORES_PER_CYCLE = 1
+ISSUE_WIDTH = 4           # vector and memory operations the core issues a cycle, with
+                          # the loop's own (fitted on Zen 5's samples: 5 or 6 ranked the
+                          # heat stencil's short blocks as if their loop were free)
+LOOP_OPS = 2              # a loop's own instructions an iteration: increment, compare-branch
 FMA_LATENCY = 4           # cycles
 FORWARD_LATENCY = 7       # an add through memory: store, forwarded load, add
 MINMAX_LATENCY = 7        # a NaN-propagating max: compare, blend, max, dependent
@@ -90,8 +94,9 @@ class StatementCost:
     fork_outer: bool = False             # its parallel loop is its outermost loop
     # the register block, for `_shared_blocks`: the loop it is (the statement's path to
     # it; None when LLVM's vectoriser makes the block), its cycles' parts (arithmetic,
-    # loads, stores, chain: cycles each; then the loop's own and other additive cycles)
-    # and the seconds one cycle a block costs
+    # loads, stores, chain: cycles each; the additive cycles; the issue cycles of the
+    # loop's own instructions and of the block's operations) and the seconds one cycle a
+    # block costs
     block_key: tuple | None = None
     block_parts: tuple = ()
     cycle_s: float = 0.0
@@ -243,14 +248,15 @@ def estimate(s, target) -> CostReport:
 
 
 def _shared_blocks(costs: list[StatementCost]) -> None:
-    """Statements whose register blocks are one and the same loop (a first stage computed
-    at a tile of the second, both unrolled under the tile's loop: one straight run of
-    code a tile) share its issue slots: the block takes the largest of the summed
-    arithmetic, loads and stores (and the longest chain), the loop's own cycles once —
-    not the sum of each statement's maximum. The blur's first stage at each 4 x 16 tile,
-    kept in registers: 26 -> 19 cycles a tile (the second's loads are free, the first's
-    arithmetic fills their slots), 0.057 ms measured against 0.072 for the 16 x 64 tiles
-    the model had ranked first. Each statement's compute time falls by its share."""
+    """Statements whose register blocks are one and the same loop (a first stage
+    computed at a tile of the second, both unrolled under the tile's loop: one straight
+    run of code a tile) share its issue slots: the block takes the largest of the summed
+    arithmetic, loads and stores, the longest chain, and the summed operations' issue
+    with the loop's own instructions once — not the sum of each statement's maximum. The
+    blur's first stage at each 4 x 16 tile, kept in registers: 26 -> 19 cycles a tile
+    (the second's loads are free, the first's arithmetic fills their slots), 0.057 ms
+    measured against 0.072 for the 16 x 64 tiles the model had ranked first. Each
+    statement's compute time falls by its share."""
     by_key: dict[tuple, list[StatementCost]] = {}
     for c in costs:
         if c.block_key is not None:
@@ -259,10 +265,11 @@ def _shared_blocks(costs: list[StatementCost]) -> None:
         if len(cs) < 2 or any(abs(c.cycle_s - cs[0].cycle_s) > 1e-3 * cs[0].cycle_s
                               for c in cs):
             continue                # (a count that differs: not one loop after all)
-        alone = [max(c.block_parts[:4]) + sum(c.block_parts[4:]) for c in cs]
+        alone = [max(*p[:4], p[5] + p[6]) + p[4] for p in (c.block_parts for c in cs)]
         joint = max(max(sum(c.block_parts[k] for c in cs) for k in range(3)),
-                    max(c.block_parts[3] for c in cs)) + \
-            sum(c.block_parts[4] for c in cs) + max(c.block_parts[5] for c in cs)
+                    max(c.block_parts[3] for c in cs),
+                    max(c.block_parts[5] for c in cs) + sum(c.block_parts[6] for c in cs)) + \
+            sum(c.block_parts[4] for c in cs)
         if joint >= sum(alone):
             continue
         for c, a in zip(cs, alone):
@@ -447,12 +454,17 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None,
         # waits for 1/d of the chain (the heat stencil fused so: 0.028 ms measured, as
         # fast as unfused, where the chain at distance 1 predicted 0.088)
         chain = max(chain, latency * window / distance)
-    # the loop's own instructions, once a block: LLVM's vector loop (autovec) runs
-    # INTERLEAVE vectors an iteration (the heat stencil's row, declared: 0.026-0.028 ms
-    # where explicit vectors of 16 ran 0.034, Zen 5)
+    # the loop's own instructions, once a block (LLVM's vector loop, autovec, runs
+    # INTERLEAVE vectors an iteration), issue with the block's arithmetic, loads and stores,
+    # ISSUE_WIDTH a cycle: they cost where the block is short (the heat stencil's rows of
+    # one vector) and hide under a block bound by its loads (the blur's nine a vector: its
+    # row-wise variants, loops of 1, 2, 4 or 8 vectors, measured within 4 %; an added cycle
+    # a block had spread them 7 % and ranked the fastest last)
     overhead = (1 / INTERLEAVE if autovec > 1 else 1) if r >= 0 else 0
     throughput = (arith / FMA_PIPES, loads / LOADS_PER_CYCLE, stores / STORES_PER_CYCLE)
-    cycles = max(*throughput, chain) + overhead + strided
+    ops, loop_ops = (arith + loads + stores) / ISSUE_WIDTH, LOOP_OPS * overhead / ISSUE_WIDTH
+    base = max(*throughput, chain, ops + loop_ops)
+    cycles = base + strided
     if n and kinds[-1] is LoopKind.VECTORIZED and v > 1:
         # a row whose length the vector loop does not divide ends in a masked vector
         # (and a store that the next row's loads cannot forward from)
@@ -532,8 +544,7 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None,
     key = tuple(e.path[:r + 2]) if r >= 0 and autovec == 1 else None
     return StatementCost(e.orig, instances, compute_s, memory, tuple(traffic), used, forks,
                          block_text, p == 0, key,
-                         (*throughput, chain, cycles - max(*throughput, chain) - overhead,
-                          overhead), cycle_s)
+                         (*throughput, chain, cycles - base, loop_ops, ops), cycle_s)
 
 
 def _exact_rounds(st: _Stmt, p: int, rep: int, cores: int):
