@@ -263,7 +263,7 @@ def model_rho(out, n: int, seed: int = 7,
     if keep:
         with open(keep, "w") as fh:
             json.dump({"traces": list(cands), "predicted": pred, "first": first,
-                       "second": second, "best": best, "new": pred}, fh)
+                       "second": second, "best": best}, fh)
     return _rho(pred, best), _rho(first, second)
 
 

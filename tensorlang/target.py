@@ -216,7 +216,7 @@ class Target:
         1.4 / 1.4x slower streamed (DRAM takes what the L3 would have kept), 48 MiB level,
         64 / 128 / 320 MiB 0.89 / 0.84 / 0.78x (E = D + (A+B)*C alike: 1.12x at 32 MiB,
         0.82-0.87x from 64)."""
-        l1, l2, last = self.cache_bytes
+        _, l2, last = self.cache_bytes
         return last if self.victim_llc else l2 * self.cores
 
     @property

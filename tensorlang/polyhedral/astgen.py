@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 import islpy as isl
 
+from ..config import debug_print
 from ..errors import TensorlangError
 from ..ir.dtype import bool_, int64
 from ..ir.expr import (
@@ -514,6 +515,8 @@ def _loop(v: Var, init: Expr, extent: Expr, body: Stmt, info: Loop,
         # dynamic index kept the whole tile in memory: 4x slower at sizes like 1000)
         masked = For(v, init, full, If(compare(LT, v, init + extent), body), info.kind)
         if bound is None:
+            debug_print(2, f"astgen: vector loop {v.name}: isl gives no constant bound on its "
+                           f"extent; an extent past {widest} runs serially")
             tail = If(compare(GT, extent, full), For(v, init, extent, body, LoopKind.SERIAL),
                       If(compare(GT, extent, zero), masked))
         else:
