@@ -48,7 +48,8 @@ from ..ir.visit import walk, walk_stmt
 from ..polyhedral.affine import interval_condition
 from .placed import (_box, _carried, _carry_distance, _moving, _moving_vars, _Stmt, _val,
                      placed_statements)
-from .traffic import LINE_BYTES, _count, _resident, _set_conflict_lines, _traffic
+from .traffic import (LINE_BYTES, _count, _resident, _set_conflict_lines, _tile_conflicts,
+                      _traffic)
 
 GHZ = 3.0e9
 FMA_PIPES = 2             # vector arithmetic instructions per cycle
@@ -76,6 +77,7 @@ EXACT_POINTS = 1 << 16    # loop values a wavefront's exact launch count may enu
 SMALL_LOOP = 4            # LLVM unrolls innermost loops this short completely
 OVERLAP_NORM = 4          # compute and traffic overlap as the 4-norm of their times
 SET_CONFLICT_CYCLES = 10  # a line lost to a set's conflicts and fetched again from L2
+TILE_CONFLICT_CYCLES = 5  # ... a tile's line (`_tile_conflicts`): the core waits for it
 LOOP_EXIT_CYCLES = 12     # a loop's exit branch, mispredicted (`_statement`)
 FULL_UNROLL = 16          # LLVM unrolls a loop of up to this many iterations whole (`_promoted`)
 PREDICTED_TRIPS = 32      # a loop of a constant trip count up to this: its exit predicted
@@ -513,12 +515,14 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None,
         forks = iters[p]
     traffic = _traffic(st, tgt, resident or {})
     lost = _set_conflict_lines(st, r, iters, tgt)
+    stalls = _tile_conflicts(st, r, iters, tgt) * TILE_CONFLICT_CYCLES
     exact = _exact_rounds(st, p, iters[p + 1], cores) if p is not None else None
     if exact is not None:
         scale, imbalance, forks, used = exact
         compute_cycles *= scale
         traffic = [int(t * scale) for t in traffic]
         lost *= scale
+        stalls *= scale
     elif r >= 0 and not all(st.constant[:r + 1]):
         # loops whose trip count varies (a stage computed at a tile, its rows clipped to
         # the tile's window): the representative iteration's trips are the middle ones,
@@ -527,6 +531,13 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None,
         compute_cycles *= scale
         traffic = [int(t * scale) for t in traffic]
         lost *= scale
+        stalls *= scale
+    # a tile's lost lines come back from L2 while the core waits, unless the block waits on
+    # its own chain anyway (a wavefront's recurrence: its tiles of 64 x 16 elements, 64
+    # rows a set, ran fastest of its sample), where they overlap like any traffic
+    chained = chain > max(*throughput, ops + loop_ops)
+    if not chained:
+        compute_cycles += stalls
     compute_s = compute_cycles / GHZ / used * imbalance
     cycle_s = blocks * (compute_s / compute_cycles if compute_cycles else 0.0)
     rates = (BYTES_PER_CYCLE[0], tgt.l3_bytes_per_cycle)
@@ -536,8 +547,9 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None,
     memory = tuple(traffic[k] / (rates[k] * GHZ * used) * imbalance
                    for k in range(2)) + \
         (traffic[2] / min(DRAM_BYTES_PER_S, DRAM_CORE_BYTES_PER_S * used),)
-    if lost:
-        memory = (memory[0] + lost * SET_CONFLICT_CYCLES / GHZ / used * imbalance,) + memory[1:]
+    if lost or chained and stalls:
+        memory = (memory[0] + (lost * SET_CONFLICT_CYCLES + stalls * chained) / GHZ / used *
+                  imbalance,) + memory[1:]
     block_text = (f"{iters[r + 1] // max(autovec, 1)} blocks x {cycles:.1f} cycles (arith "
                   f"{arith:.0f}, loads {loads:.0f}, stores {stores:.0f}, chain {chain:.1f}, "
                   f"strided {strided:.0f}, v {v}/{autovec})")
