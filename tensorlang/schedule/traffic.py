@@ -15,7 +15,8 @@ from .placed import _box, _moving, _Stmt
 LINE_BYTES = 64
 FILL = 0.75               # the share of a cache a footprint may take and stay resident
 ARRAY_OFFSET = 16         # an array's first byte past a line's (numpy's large arrays: 16)
-EXCESS_FULL = 4.5         # a set this many times over its ways loses a tile's shared lines
+EXCESS_FULL = 3.0         # a set this many times over its ways loses all the lines a tile
+                          # shares with the next (`_tile_conflicts`)
 
 
 def _bytes(box: list[int], itemsize: int) -> int:
@@ -86,7 +87,9 @@ def _set_conflict_lines(st: _Stmt, r: int, iters: list[int], tgt) -> float:
     vectors, 1024-float output rows: 0.30 / 0.15 / 0.10 ms, rows of vectors 0.09 (0.14 /
     0.11 / 0.10 with the output aligned to a line). Only where the tile fits the L1 by its
     size (else the traffic counts its lines). This replaces a "column walk" term that
-    charged any tile of 8 or more rows: tiles of 8 rows measure as fast as rows."""
+    charged any tile of 8 or more rows. Now only for accesses that walk across memory (a
+    transposed read, each tensor on its own, a line an element); the rows read or written
+    along memory are `_tile_conflicts`', all tensors together."""
     ways = tgt.l1_ways
     sets = max(1, tgt.cache_bytes[0] // ways // LINE_BYTES)
     glob = [(m, size, stride) for (_, _, local, m, size), stride in
@@ -138,13 +141,17 @@ def _tile_conflicts(st: _Stmt, r: int, iters: list[int], tgt) -> float:
     last axis with a loop inside it moving across rows: its rows a multiple of 4 KiB apart
     (1024 floats) put one line of each in the same set — of every tensor, since numpy's
     large arrays start ARRAY_OFFSET bytes into a page. The line at each end of a row's
-    piece, which the next tile along the row touches again, is lost in proportion to the
-    set's excess: none at its ways, all at EXCESS_FULL times them. Measured on Zen 5 (12
-    ways), copies and 3-row sums of 1024 x 1024 floats in tiles of R rows x C columns:
-    tiles of whole rows or one row run at the copy's speed; at C = 32, R = 8 / 12 / 16 / 24
-    / 32 (16 to 64 lines a set) ran 1.1 / 1.2 / 2.0 / 3.7 / 4.1x slower; at C = 256 none; the
-    blur's second pass in 16 x 128 tiles (18 + 16 rows) 1.18x its 8 x 256 tiles. The
-    accesses across memory (a transposed read) count in `_set_conflict_lines`."""
+    piece, which the next tile along the row touches again, is lost with the square of the
+    set's excess over its ways: none at the ways, all at EXCESS_FULL times them. Measured
+    on Zen 5 (12 ways), copies of 1024 x 1024 floats in tiles of R rows x C columns: tiles
+    of whole rows or of one row run at the copy's speed; at C = 32, R = 8 / 12 / 16 / 24 /
+    32 (16 to 64 lines a set) ran 1.1 / 1.2 / 2.0 / 3.7 / 4.1x slower; at C = 256 none. A
+    row-wise recurrence (the IIR filter) in tiles of R x 16: level at R = 4 to 12, 7x slower
+    at 16; the blur's second pass in 16 x 128 tiles (18 + 16 rows) 1.18x its 8 x 256 tiles.
+    (Linear in the excess instead, from the ways to 4.5 times them, the blur's offline rho
+    was within 0.03, but the IIR filter's search, ranking its 8- and 12-row tiles lower,
+    lost them: 0.54 ms against 0.15-0.18.) The accesses across memory (a transposed read)
+    count in `_set_conflict_lines`."""
     ways = tgt.l1_ways
     sets = max(1, tgt.cache_bytes[0] // ways // LINE_BYTES)
     acc = [(name, m, size, stride) for (name, _, local, m, size), stride in
@@ -183,7 +190,7 @@ def _tile_conflicts(st: _Stmt, r: int, iters: list[int], tgt) -> float:
                 count[line % sets] += 1
             edges.extend(k % sets for k, cut in ((first, start), (last, end))
                          if cut % LINE_BYTES)
-    lost = sum(min(1.0, max(0.0, (count[k] / ways - 1) / (EXCESS_FULL - 1))) for k in edges)
+    lost = sum(min(1.0, max(0.0, (count[k] / ways - 1) / (EXCESS_FULL - 1))) ** 2 for k in edges)
     return lost * iters[tile + 1]
 
 
