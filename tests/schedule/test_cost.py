@@ -622,7 +622,8 @@ def test_a_tiles_tensors_share_the_l1_sets_of_its_rows():
 def test_a_transposed_read_counts_its_conflicts_apart_from_a_tiles_rows():
     """A transposed read walks across memory, a line an element: it is no row piece of a
     tile (`_tile_conflicts` leaves it to `_set_conflict_lines`, where its column of lines
-    has always counted); the written rows alone, 16 to a set, are below twice the ways."""
+    has always counted): the written rows alone, 16 to a set, lose less than a plain
+    copy's tile, whose read rows add 16 more."""
     tgt = tl.Target.parse(ZEN5)
     (st,) = cost.placed_statements(_copy_tiles(16, 32, transposed=True))
     iters = [1]
