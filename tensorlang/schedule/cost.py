@@ -547,9 +547,9 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None,
     memory = tuple(traffic[k] / (rates[k] * GHZ * used) * imbalance
                    for k in range(2)) + \
         (traffic[2] / min(DRAM_BYTES_PER_S, DRAM_CORE_BYTES_PER_S * used),)
-    if lost or chained and stalls:
-        memory = (memory[0] + (lost * SET_CONFLICT_CYCLES + stalls * chained) / GHZ / used *
-                  imbalance,) + memory[1:]
+    overlapped = lost * SET_CONFLICT_CYCLES + (stalls if chained else 0.0)
+    if overlapped:
+        memory = (memory[0] + overlapped / GHZ / used * imbalance,) + memory[1:]
     block_text = (f"{iters[r + 1] // max(autovec, 1)} blocks x {cycles:.1f} cycles (arith "
                   f"{arith:.0f}, loads {loads:.0f}, stores {stores:.0f}, chain {chain:.1f}, "
                   f"strided {strided:.0f}, v {v}/{autovec})")

@@ -108,30 +108,38 @@ def _set_conflict_lines(st: _Stmt, r: int, iters: list[int], tgt) -> float:
     for box, (_, size, stride) in zip(feet, glob):
         if len(box) != len(stride) or _count(box[:-1]) <= ways or _count(box[:-1]) > 1 << 12:
             continue
-        width = box[-1] * size
-        rows = [0]
-        for extent, step in zip(box[:-1], stride[:-1]):
-            rows = [o + k * step for o in rows for k in range(extent)]
         count = [0] * sets
-        edges = []
-        for o in rows:
-            start, end = ARRAY_OFFSET + o, ARRAY_OFFSET + o + width
-            first, last = start // LINE_BYTES, (end - 1) // LINE_BYTES
-            for line in range(first, last + 1):
-                count[line % sets] += 1
-            # the lines the neighbouring tile shares: those the piece does not cover whole
-            edges.append({k % sets for k, cut in ((first, start), (last, end))
-                          if cut % LINE_BYTES})
+        edges = _row_lines(box, size, stride, count)
         for e in edges:       # a set over its ways keeps its lines in proportion
             lost += sum(max(0, count[k] - ways) / count[k] for k in e)
     return lost * iters[r]
+
+
+def _row_lines(box: list[int], size: int, stride, count: list[int]) -> list[set[int]]:
+    """The L1 sets of a tile's rows of one tensor (its footprint `box`, `stride` bytes
+    apart per dimension, the array ARRAY_OFFSET bytes into a page): adds each row's lines
+    to `count` (lines per set) and returns, per row, the sets of its edge lines — those
+    the row's piece does not cover whole, which the neighbouring tile shares."""
+    sets = len(count)
+    width = box[-1] * size
+    rows = [0]
+    for extent, step in zip(box[:-1], stride[:-1]):
+        rows = [o + k * step for o in rows for k in range(extent)]
+    edges = []
+    for o in rows:
+        start, end = ARRAY_OFFSET + o, ARRAY_OFFSET + o + width
+        first, last = start // LINE_BYTES, (end - 1) // LINE_BYTES
+        for line in range(first, last + 1):
+            count[line % sets] += 1
+        edges.append({k % sets for k, cut in ((first, start), (last, end)) if cut % LINE_BYTES})
+    return edges
 
 
 def _along_memory(st: _Stmt, m: isl.Map, size: int, stride) -> bool:
     """Whether the innermost loop moves the access along memory (unit stride) or not at
     all."""
     moving = _moving(st, m)
-    return not moving or stride[moving[-1]] == size
+    return not moving or not stride or stride[moving[-1]] == size
 
 
 def _tile_conflicts(st: _Stmt, r: int, iters: list[int], tgt) -> float:
@@ -175,22 +183,11 @@ def _tile_conflicts(st: _Stmt, r: int, iters: list[int], tgt) -> float:
     if sum(_bytes(b, size) for b, size, _ in feet) > tgt.cache_bytes[0] * FILL:
         return 0.0                 # the traffic counts its lines
     count = [0] * sets
-    edges = []
-    for box, size, stride in feet:
-        if len(box) != len(stride) or not _count(box) or _count(box[:-1]) > 1 << 12:
-            continue
-        width = box[-1] * size
-        rows = [0]
-        for extent, step in zip(box[:-1], stride[:-1]):
-            rows = [o + k * step for o in rows for k in range(extent)]
-        for o in rows:
-            start, end = ARRAY_OFFSET + o, ARRAY_OFFSET + o + width
-            first, last = start // LINE_BYTES, (end - 1) // LINE_BYTES
-            for line in range(first, last + 1):
-                count[line % sets] += 1
-            edges.extend(k % sets for k, cut in ((first, start), (last, end))
-                         if cut % LINE_BYTES)
-    lost = sum(min(1.0, max(0.0, (count[k] / ways - 1) / (EXCESS_FULL - 1))) ** 2 for k in edges)
+    edges = [e for box, size, stride in feet
+             if len(box) == len(stride) and _count(box) and _count(box[:-1]) <= 1 << 12
+             for e in _row_lines(box, size, stride, count)]
+    lost = sum(min(1.0, max(0.0, (count[k] / ways - 1) / (EXCESS_FULL - 1))) ** 2
+               for e in edges for k in e)
     return lost * iters[tile + 1]
 
 
@@ -204,11 +201,8 @@ def _traffic(st: _Stmt, tgt, resident: dict[str, int]) -> list[int]:
     n = st.n
     glob = [(write, m, size) for _, write, local, m, size in st.accesses if not local]
     names = [name for name, _, local, _, _ in st.accesses if not local]
-    along = []                  # whether the innermost loop reads along memory (unit stride)
-    for (_, _, local, m, size), stride in zip(st.accesses, st.strides):
-        if not local:
-            moving = _moving(st, m)
-            along.append(not moving or not stride or stride[moving[-1]] == size)
+    along = [_along_memory(st, m, size, stride)     # the innermost loop reads along memory
+             for (_, _, local, m, size), stride in zip(st.accesses, st.strides) if not local]
     if not glob:
         return [0, 0, 0]
     iters = [1]
