@@ -5,6 +5,8 @@ measured on the host in benchmarks/autoschedule.py; here only the model runs).""
 import itertools
 
 import islpy as isl
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import numpy as np
 import pytest
 
@@ -1068,3 +1070,44 @@ def test_a_loops_own_instructions_issue_with_its_block():
     one, issue_bound = block(1)
     four, _ = block(4)
     assert issue_bound and four < one
+
+
+# ------------------------------------------------------------------ counting loop nests
+@st.composite
+def _loop_nest_sets(draw):
+    """A bounded set of 2-4 loops as schedules make them: boxes, tiles with tails
+    (t*f <= x < t*f + f, x < n), triangles and skews (bounds on an outer loop), strides
+    (x = f*k), and unions of two such pieces."""
+    def piece():
+        n = draw(st.integers(2, 4))
+        names = [f"x{k}" for k in range(n)]
+        cons = []
+        for k, x in enumerate(names):
+            ext = draw(st.integers(1, 9))
+            kind = draw(st.sampled_from(["box", "tile", "triangle", "stride"] if k else ["box"]))
+            o = names[k - 1] if k else None
+            if kind == "box":
+                cons.append(f"0 <= {x} < {ext}")
+            elif kind == "tile":
+                f = draw(st.integers(1, 5))
+                cons.append(f"{f}{o} <= {x} < {f}{o} + {f} and {x} < {ext + f}")
+            elif kind == "triangle":
+                cons.append(f"0 <= {x} <= {o} + {draw(st.integers(0, 3))} and {x} < {ext}")
+            else:
+                cons.append(f"exists (e: {x} = {draw(st.integers(2, 4))}e) and 0 <= {x} < {ext}")
+        return names, " and ".join(cons)
+    names, a = piece()
+    sets = isl.Set(f"{{ [{', '.join(names)}] : {a} }}")
+    if draw(st.booleans()):
+        names2, b = piece()
+        if names2 == names:                 # overlapping or not: the union is one set
+            sets = sets.union(isl.Set(f"{{ [{', '.join(names)}] : {b} and x0 >= 2 }}"))
+    return sets
+
+
+@given(_loop_nest_sets())
+@settings(max_examples=150, deadline=None)
+def test_a_loop_nests_count_summed_by_its_innermost_runs_is_isls_count(s):
+    from tensorlang.schedule.placed import _count, _val
+
+    assert _count(s) == _val(s.count_val())
