@@ -16,6 +16,11 @@ defines (the matmuls, the column sum, the transposed copy, the blur), each in it
 process: a plugin that crashes (Mullapudi2016 and Adams2019 on the column sum, here) is a
 blank cell, not a failed run.
 
+The model-only columns are the graph executor's default: `tl.auto_schedule` without
+measuring, seeded with the hand schedule (kept unless a candidate is predicted
+`auto.MODEL_MARGIN` times faster), its kernel timed beside the others, and its search's
+seconds.
+
 Usage: python benchmarks/autoschedule.py [--budget 30] [--quick] [--ops matmul,blur,...]
        [--halide-python PY] [--samples DIR]
 """
@@ -23,6 +28,8 @@ Usage: python benchmarks/autoschedule.py [--budget 30] [--quick] [--ops matmul,b
 from __future__ import annotations
 
 import argparse
+import os
+import tempfile
 import time
 
 import numpy as np
@@ -42,20 +49,30 @@ def _graph_op(op, shapes, **attrs):
     out_shape = tuple(OPS[op].shape(*shapes, **attrs))
     out, _ = OPS[op].te(ins, list(shapes), out_shape, **attrs)
 
-    def hand():
+    def hand(schedules="hand"):
         mod, used = compile_op(op, tuple(sorted(attrs.items())), tuple(shapes),
-                               ("float32",) * len(shapes))
+                               ("float32",) * len(shapes), schedules)
         return mod, used
+    # the executor's default: its model-only choice seeded with the hand schedule
+    hand.model = lambda: hand("model")
     return ins, out, hand
 
 
 def _te_op(build, hand_schedule):
     ins, out = build()
 
-    def hand():
+    def schedule():
         s = tl.create_schedule(out)
         hand_schedule(s, out)
-        return tl.build(s, [*ins, out], name="hand"), list(range(len(ins)))
+        return s
+
+    def hand():
+        return tl.build(schedule(), [*ins, out], name="hand"), list(range(len(ins)))
+
+    def model():        # as the executor would choose: model-only, the hand schedule a seed
+        s = tl.auto_schedule(out, measure_on_host=False, seeds=[schedule()])
+        return tl.build(s, [*ins, out], name="model"), list(range(len(ins)))
+    hand.model = model
     return ins, out, hand
 
 
@@ -183,12 +200,17 @@ def _layer_norm(quick: bool):
 
     shape = (16, 40) if quick else (1024, 1024)
     x = G.Variable("x", shape)
-    ((_, s_hand),) = default_schedules([G.layer_norm(x)])
+    ((_, s_hand),) = default_schedules([G.layer_norm(x)], schedules="hand")
     out = s_hand.outputs[0]
     ins = list(s_hand.placeholders)
 
     def hand():
         return tl.build(s_hand, [*ins, out], name="hand_ln"), list(range(len(ins)))
+
+    def model():
+        s = tl.auto_schedule(out, measure_on_host=False, seeds=[s_hand])
+        return tl.build(s, [*ins, out], name="model_ln"), list(range(len(ins)))
+    hand.model = model
     # the graph lifts eps into a scalar input: it gets its value, not a random one (a
     # negative draw makes rows NaN and others ill-conditioned, where two correct summation
     # orders differ by 0.2 %)
@@ -213,13 +235,20 @@ def run_one(name, make, budget: float, rho_n: int = 0, samples: str | None = Non
     got = np.zeros_like(res)
     f(*arrays, got)
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+    t0 = time.perf_counter()
+    fm, used_m = hand.model()
+    model_s = time.perf_counter() - t0
+    model_args, model_out = [arrays[k] for k in used_m], np.zeros_like(res)
+    fm(*model_args, model_out)
+    np.testing.assert_allclose(model_out, want, rtol=1e-3, atol=1e-3)
     naive = tl.build(tl.create_schedule(out), [*ins, out], name="naive")
     naive_out = np.zeros_like(res)
-    t_hand, t_auto, t_naive = auto.time_in_turn([lambda: mod(*hand_args, res),
-                                                 lambda: f(*arrays, got),
-                                                 lambda: naive(*arrays, naive_out)], rounds=5)
+    t_hand, t_auto, t_model, t_naive = auto.time_in_turn(
+        [lambda: mod(*hand_args, res), lambda: f(*arrays, got),
+         lambda: fm(*model_args, model_out), lambda: naive(*arrays, naive_out)], rounds=5)
     rho = s.auto.spearman
     return {"op": name, "auto_ms": 1e3 * t_auto, "hand_ms": 1e3 * t_hand,
+            "model_ms": 1e3 * t_model, "model_s": model_s,
             "naive_ms": 1e3 * t_naive, "tune_s": tune_s, "rho": rho,
             "candidates": len(s.auto.candidates),
             **dict(zip(("rho_sample", "rho_repeat"),
@@ -309,6 +338,8 @@ def main(argv=None) -> list[dict]:
                     help="a folder: keep each operator's random sample there (JSON: traces, "
                          "predicted seconds, both timings) for study offline")
     a = ap.parse_args(argv)
+    if "TL_CACHE_DIR" not in os.environ:    # the executor's model choices: searched here,
+        os.environ["TL_CACHE_DIR"] = tempfile.mkdtemp(prefix="autoschedule-")  # not read
     ops = operators(a.quick)
     want = [w for w in a.ops.split(",") if w]
     rows = []
@@ -319,11 +350,13 @@ def main(argv=None) -> list[dict]:
                             min(a.rho_sample, 4) if a.quick else a.rho_sample, a.samples))
         r = rows[-1]
         r["halide"] = halide(a.halide_python, name, a.quick) if a.halide_python else {}
-        print(f"  {name}: auto {r['auto_ms']:.3f} ms, hand {r['hand_ms']:.3f} ms", flush=True)
+        print(f"  {name}: auto {r['auto_ms']:.3f} ms, hand {r['hand_ms']:.3f} ms, model "
+              f"{r['model_ms']:.3f} ms", flush=True)
     print("| operator | declared ms | hand ms | auto ms | auto / hand speed | Halide "
           "Mullapudi2016 ms | Halide Adams2019 ms | tuning s | candidates | Spearman rho (search) "
-          "| Spearman rho (random sample) | rho of two timings (random sample) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| Spearman rho (random sample) | rho of two timings (random sample) | model-only ms "
+          "| model-only / hand speed | model-only s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
     def f2(v):
         return "—" if v is None else f"{v:.2f}"
@@ -333,7 +366,8 @@ def main(argv=None) -> list[dict]:
         print(f"| {r['op']} | {r['naive_ms']:.3f} | {r['hand_ms']:.3f} | {r['auto_ms']:.3f} | "
               f"{r['hand_ms'] / r['auto_ms']:.2f} | {hal_s[0]} | {hal_s[1]} | "
               f"{r['tune_s']:.0f} | {r['candidates']} | {f2(r['rho'])} | "
-              f"{f2(r['rho_sample'])} | {f2(r['rho_repeat'])} |")
+              f"{f2(r['rho_sample'])} | {f2(r['rho_repeat'])} | {r['model_ms']:.3f} | "
+              f"{r['hand_ms'] / r['model_ms']:.2f} | {r['model_s']:.1f} |")
     return rows
 
 

@@ -7,7 +7,9 @@ default allows it, as C compilers' -ffp-contract=on does within an expression).
 TL_FASTMATH=1 builds every LLVM kernel with fast math (`tl.build(..., fastmath=True)` does it
 for one kernel; see `fastmath`).
 TL_TUNE_LOG and TL_TUNE_BUDGET give tl.auto_schedule its default tuning log and seconds per
-operator (`tensorlang tune` sets them).
+operator (`tensorlang tune` sets them). TL_CACHE_DIR is where the graph executor keeps its
+tuning log when TL_TUNE_LOG is unset (default ~/.cache/tensorlang; the test suite points
+it at a temporary folder).
 TL_STREAM_STORES=0 stops the LLVM backend from storing large outputs non-temporally
 (`backends/llvm/stream.py`; default on, x86 only).
 TL_STRICT=1 turns a refused default schedule (the graph executor's, which then runs the
@@ -76,6 +78,13 @@ def tune_log(default: str | None = None) -> str | None:
     """The auto-scheduler's tuning log (TL_TUNE_LOG, set by `tensorlang tune`), else
     `default`."""
     return os.environ.get("TL_TUNE_LOG") or default
+
+
+def cache_dir() -> str:
+    """The folder of the executor's default tuning log: TL_CACHE_DIR, else
+    ~/.cache/tensorlang."""
+    return os.environ.get("TL_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                          "tensorlang")
 
 
 def tune_budget(default: float) -> float:

@@ -5,6 +5,12 @@ import pytest
 
 # a refused default schedule is an error in the tests, not a quiet 200x slower fallback
 os.environ.setdefault("TL_STRICT", "1")
+# the executor's tuning log (its model-only choices, recorded) in a folder of this run, not
+# the user's ~/.cache: each kernel is searched once per run, and never read from an old run
+if "TL_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["TL_CACHE_DIR"] = tempfile.mkdtemp(prefix="tensorlang-tests-")
 
 import tensorlang as tl
 

@@ -18,7 +18,7 @@ import numpy as np
 import tensorlang as tl
 
 from ..errors import ScheduleError
-from ..config import tune_budget, tune_log
+from ..config import cache_dir, debug_print, tune_budget, tune_log
 from .cpu_schedules import conv_block, default_schedule, register_tile  # noqa: F401 (API)
 from ..backends.runtime import aligned_empty
 from .nnops import conv2d_blocked_te
@@ -107,11 +107,12 @@ def _work(out_shape: tuple, shapes: tuple) -> int:
     return size * max([int(np.prod(s)) // max(size, 1) for s in shapes] + [1])
 
 
-def compile_op(op: str, attrs: tuple, shapes: tuple, dtypes: tuple):
+def compile_op(op: str, attrs: tuple, shapes: tuple, dtypes: tuple,
+               schedules: str = "default"):
     """The kernel of one op for concrete input shapes and dtypes, and the inputs it reads
-    (cached)."""
+    (cached); `schedules` as `schedule_group` takes it."""
     return compile_group(((op, attrs, tuple(("in", k) for k in range(len(shapes)))),),
-                         shapes, dtypes)
+                         shapes, dtypes, "llvm", schedules)
 
 
 def compile_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "llvm",
@@ -140,18 +141,26 @@ def compile_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "l
 
 def schedule_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "llvm",
                    schedules: str = "default"):
-    """The default schedule of a fused group (see `compile_group`), before building:
-    (schedule, input placeholders, output tensor). `schedules="auto"` (CPU): the
-    auto-scheduler's instead, through the tuning log (TL_TUNE_LOG, default
-    ~/.cache/tensorlang/tuning.jsonl) with TL_TUNE_BUDGET seconds (default 10) per new
-    kernel. `schedules="model"`: a record of the log when there is one, else the cost
-    model's choice among the candidates sampled in TL_TUNE_BUDGET seconds (default 2),
-    nothing measured — quick, for a first run; `tensorlang tune` measures later. Both
-    searches start from the hand-written schedule (a seed: `auto` measures it beside the
-    search's candidates, so a record is never slower than it as measured). The default
-    (`"default"`) is the hand-written schedule, or, when TL_TUNE_LOG names a log (as
-    `tensorlang tune script.py` sets it), `"auto"` through that log: a script tuned once
-    runs with the recorded schedules after."""
+    """The schedule of a fused group (see `compile_group`), before building: (schedule,
+    input placeholders, output tensor).
+
+    `schedules` (CPU targets; a GPU target takes the library schedules of
+    `schedule/gpu.py`):
+    - "model": the auto-scheduler's model-only mode (`tl.auto_schedule(...,
+      measure_on_host=False)`): a fixed number of candidates sampled and refined from the
+      hand-written schedule as a seed, ranked by the cost model, nothing measured; the
+      seed is kept unless a candidate is predicted `auto.MODEL_MARGIN` times faster. The
+      choice is recorded in the tuning log (`tune_log()`, default
+      `cache_dir()/tuning.jsonl`), which later runs read instead of searching; a measured
+      record there (`tensorlang tune`) wins over it. A kernel of less than
+      `MODEL_MIN_WORK` multiply-adds keeps the hand schedule (it runs in microseconds:
+      seconds of search would not pay back); TL_DEBUG=1 says so.
+    - "auto": the same search with its best predicted candidates measured (TL_TUNE_BUDGET
+      seconds, default 10), the hand schedule measured beside them, recorded.
+    - "hand": the hand-written schedule (`cpu_schedules.default_schedule`).
+    - "default": "auto" when TL_TUNE_LOG names a log (`tensorlang tune script.py` sets it:
+      a script tuned once runs with the recorded schedules after), else "model".
+    """
     ins = [tl.placeholder(s, d, name=f"in{k}") for k, (s, d) in enumerate(zip(shapes, dtypes))]
     tensors, tshapes, kinds = [], [], []
     for op, attrs, operands in members:
@@ -180,9 +189,14 @@ def schedule_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "
     kind = anchor_kind if anchor is not None else "rows" if kept else kinds[-1]
     if target in GPU_TARGETS:
         return gpu_schedule(out, kind, fresh, anchor), ins, out
-    hand = default_schedule(out, kind, _work(tshapes[-1], shapes), fresh, anchor)
-    if schedules == "default" and tune_log() is not None:
-        schedules = "auto"      # under `tensorlang tune` (TL_TUNE_LOG): tuned, recorded
+    work = _work(tshapes[-1], shapes)
+    hand = default_schedule(out, kind, work, fresh, anchor)
+    if schedules == "default":
+        schedules = "auto" if tune_log() is not None else "model"
+    if schedules == "model" and work < MODEL_MIN_WORK:
+        debug_print(1, f"executor: {out.name} ({work} multiply-adds) keeps the hand schedule: "
+                       f"below MODEL_MIN_WORK ({MODEL_MIN_WORK}), no search")
+        schedules = "hand"
     if schedules == "auto":     # the hand schedule seeds the search: never slower than it
         s = tl.auto_schedule(out, target=target, budget_s=tune_budget(10.0), log=_auto_log(),
                              seeds=[hand])
@@ -194,13 +208,15 @@ def schedule_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "
     return s, ins, out
 
 
-MODEL_BUDGET_S = 2.0     # seconds of sampling per kernel for schedules="model"
+SCHEDULES = ("default", "model", "auto", "hand")
+MODEL_BUDGET_S = 10.0    # seconds at most of the model-only search per kernel
+MODEL_MIN_WORK = 1 << 20     # multiply-adds below which a kernel keeps its hand schedule
 
 
 def _auto_log() -> str:
     import pathlib
 
-    p = pathlib.Path.home() / ".cache" / "tensorlang" / "tuning.jsonl"
+    p = pathlib.Path(cache_dir()) / "tuning.jsonl"
     if tune_log() is None:
         p.parent.mkdir(parents=True, exist_ok=True)
     return tune_log(str(p))
@@ -263,17 +279,19 @@ def declared_groups(nodes: list, what: str, target: str = "llvm"):
     return shapes, dtypes, fuse(order, shapes, dtypes, nodes, target)
 
 
-def default_schedules(nodes, target: str = "llvm") -> list[tuple[tuple, tl.Schedule]]:
+def default_schedules(nodes, target: str = "llvm",
+                      schedules: str = "default") -> list[tuple[tuple, tl.Schedule]]:
     """The executor's kernels for `nodes`, scheduled but not built: a list of (the
     group's nodes, its schedule), in launch order. Every Variable needs a declared shape.
-    Shows which schedule each group gets (`TL_STRICT=1` makes a refusal an error)."""
+    Shows which schedule each group gets (`schedules` as `schedule_group` takes it;
+    `TL_STRICT=1` makes a refused hand schedule an error)."""
     nodes = list(nodes) if isinstance(nodes, (list, tuple)) else [nodes]
     shapes, dtypes, groups = declared_groups(nodes, "default_schedules", target)
     out = []
     for g in groups:
         ins = _Plan._inputs(g)
         s, _, _ = schedule_group(_members(g, ins), tuple(shapes[i.id] for i in ins),
-                                 tuple(dtypes[i.id] for i in ins), target)
+                                 tuple(dtypes[i.id] for i in ins), target, schedules)
         out.append((tuple(g), s))
     return out
 
@@ -409,9 +427,9 @@ class Executor:
                  schedules: str = "default"):
         self.outputs = list(nodes) if isinstance(nodes, (list, tuple)) else [nodes]
         self.fuse = bool(fuse)      # False: one kernel per node (a baseline to compare)
-        if schedules not in ("default", "auto", "model"):
-            raise GraphError(f"Executor: schedules must be 'default', 'auto' or 'model', "
-                             f"got {schedules!r}")
+        if schedules not in SCHEDULES:
+            raise GraphError(f"Executor: schedules must be one of "
+                             f"{', '.join(map(repr, SCHEDULES))}, got {schedules!r}")
         self.schedules = schedules
         if not self.outputs:
             raise GraphError("Executor: expected at least one node")

@@ -85,6 +85,12 @@ def best_record(path, key: str) -> dict | None:
     return min(recs, key=lambda r: r["time"]) if recs else None
 
 
+def model_record(path, key: str) -> dict | None:
+    """The model-only mode's latest choice for a key (a record without a time)."""
+    recs = [r for r in _read_log(path) if r.get("key") == key and r.get("time") is None]
+    return recs[-1] if recs else None
+
+
 def _append_log(path, rec: dict) -> None:
     with open(path, "a") as f:
         f.write(json.dumps(rec) + "\n")

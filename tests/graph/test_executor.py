@@ -63,7 +63,7 @@ def test_matmul_kernel_on_integers(dtype):
 
 def test_large_matmul_is_register_blocked():
     mod, _ = executor.compile_op("matmul", (("ta", False), ("tb", False)),
-                                 ((128, 784), (784, 256)), ("float32", "float32"))
+                                 ((128, 784), (784, 256)), ("float32", "float32"), "hand")
     text = str(mod.lowered)
     mr, nv = executor.register_tile(128, 256, "float32")
     lanes = tl.Target.parse("llvm").vector_lanes("float32")
@@ -338,7 +338,8 @@ def test_large_matmuls_read_B_packed_in_panels(shape_a, shape_b, tb, monkeypatch
     monkeypatch.setattr(T, "_CACHES", [(32 << 10, 16 << 10, 1 << 20)])
     executor._KERNELS.clear()
     members = (("matmul", (("ta", False), ("tb", tb)), (("in", 0), ("in", 1))),)
-    mod, _ = executor.compile_group(members, (shape_a, shape_b), ("float32", "float32"))
+    mod, _ = executor.compile_group(members, (shape_a, shape_b), ("float32", "float32"),
+                                    "llvm", "hand")
     assert "_packed" in str(mod.lowered)
     a, b = G.Variable("a", shape_a, "float32"), G.Variable("b", shape_b, "float32")
     av = R.standard_normal(shape_a).astype("f4")
@@ -347,12 +348,14 @@ def test_large_matmuls_read_B_packed_in_panels(shape_a, shape_b, tb, monkeypatch
     want = av @ (np.swapaxes(bv, -1, -2) if tb else bv)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     small = executor.compile_group(members, ((7, 13), (13, 5)) if not tb else
-                                   ((7, 13), (5, 13)), ("float32", "float32"))[0]
+                                   ((7, 13), (5, 13)), ("float32", "float32"), "llvm",
+                                   "hand")[0]
     assert "_packed" not in str(small.lowered)
     monkeypatch.undo()
     executor._KERNELS.clear()
     if not tb:    # B within two (real) L2 caches, read along its rows: read in place
-        again = executor.compile_group(members, (shape_a, shape_b), ("float32", "float32"))[0]
+        again = executor.compile_group(members, (shape_a, shape_b), ("float32", "float32"),
+                                       "llvm", "hand")[0]
         assert "_packed" not in str(again.lowered)
 
 

@@ -64,7 +64,7 @@ def _cases(n):
 @pytest.mark.parametrize("n", SIZES)
 def test_every_op_kind_gets_its_intended_schedule(n):
     for name, nodes, want in _cases(n):
-        groups = E.default_schedules(nodes)
+        groups = E.default_schedules(nodes, schedules="hand")
         got = set().union(*(_kinds(s) for _, s in groups))
         assert want <= got, f"{name} at n={n}: loops {sorted(got)}, expected {sorted(want)}"
 
@@ -73,7 +73,7 @@ def test_conv2d_gradients_are_scheduled_too():
     img = G.Variable("img", (1, 8, 40, 40), "float32")
     w = G.Variable("w", (8, 8, 3, 3), "float32")
     gx, gw = G.gradients(G.sum(G.conv2d(img, w, padding=1)), [img, w])
-    for group, s in E.default_schedules([gx, gw]):
+    for group, s in E.default_schedules([gx, gw], schedules="hand"):
         if group[-1].op in ("conv2d_bx", "conv2d_bw"):
             assert "VECTORIZED" in _kinds(s), group[-1].op
 
@@ -85,7 +85,7 @@ def test_a_refused_default_schedule_is_an_error_under_tl_strict(monkeypatch, cap
     E._KERNELS.clear()
     a, b = G.Variable("a", (5, 3), "float32"), G.Variable("b", (3, 4), "float32")
     with pytest.raises(tl.ScheduleError, match="TL_STRICT"):
-        E.default_schedules([a @ b])
+        E.default_schedules([a @ b], schedules="hand")
     # without TL_STRICT the declared loop nest runs (correct), and TL_DEBUG=1 says so
     monkeypatch.setenv("TL_STRICT", "0")
     monkeypatch.setenv("TL_DEBUG", "1")
@@ -149,7 +149,7 @@ def test_executor_matmul_built_for_avx2_uses_its_tile_and_matches_numpy(shape, m
         pytest.skip("this machine cannot run AVX2 code")
     monkeypatch.setattr(CS, "_host", lambda: tl.Target.parse(target))
     members = (("matmul", (("ta", False), ("tb", False)), (("in", 0), ("in", 1))),)
-    mod, _ = E.compile_group(members, shape, ("float32", "float32"), target)
+    mod, _ = E.compile_group(members, shape, ("float32", "float32"), target, "hand")
     a = rng.standard_normal(shape[0]).astype("f4")
     b = rng.standard_normal(shape[1]).astype("f4")
     c = np.zeros((shape[0][0], shape[1][1]), "f4")
@@ -203,7 +203,7 @@ def test_a_matmul_whose_b_overflows_half_the_l2_goes_in_blocks_of_b_panels(monke
                              ((8, 4096, 4096), ("column blocks", "PARALLEL")),
                              ((64, 64, 64), ("rows", "PARALLEL"))):
         x, y = G.Variable("x", (m, k), "float32"), G.Variable("y", (k, n), "float32")
-        groups = E.default_schedules([x @ y])
+        groups = E.default_schedules([x @ y], schedules="hand")
         assert _first_loop(groups) == first, (m, k, n)
         (_, s), = groups
         out = next(st for st in s.stages if any(st.op.output is o for o in s.outputs))
@@ -234,7 +234,7 @@ def test_b_panels_outermost_match_numpy(monkeypatch, m, k, n, rng):
     xv = rng.standard_normal((m, k)).astype("f4")
     yv = rng.standard_normal((k, n)).astype("f4")
     if m * k * n >= CS.PACK_MIN_FLOPS:
-        assert _first_loop(E.default_schedules([x @ y]))[0] == "column blocks"
+        assert _first_loop(E.default_schedules([x @ y], schedules="hand"))[0] == "column blocks"
     (got,) = G.Executor([x @ y]).run({x: xv, y: yv})
     np.testing.assert_allclose(got, xv @ yv, rtol=1e-4, atol=1e-4 * math.sqrt(k))
     E._KERNELS.clear()
@@ -257,7 +257,7 @@ def test_the_matmul_tile_stays_in_registers_at_awkward_sizes(monkeypatch, m, k, 
     if panels_outer:
         _small_caches(monkeypatch, 16 << 10)
     x, y = G.Variable("x", (m, k), "float32"), G.Variable("y", (k, n), "float32")
-    (group, s), = E.default_schedules([x @ y])
+    (group, s), = E.default_schedules([x @ y], schedules="hand")
     f = tl.build(s, [*s.placeholders, *s.outputs])
     assert not re.search(r"%\"?\w*_local[\w.]*\"? = alloca", f.get_source("ll"))
     xv = rng.standard_normal((m, k)).astype("f4")
@@ -308,7 +308,8 @@ def test_channel_blocked_conv2d_matches_numpy(n, c, k, stride, padding, epilogue
     bv = rng.standard_normal((k, 1, 1)).astype("f4")
     oh = (n + 2 * padding - 3) // stride + 1
     blocked = CS.conv_block((2, k, oh, oh), (k, c, 3, 3), "float32") is not None
-    (group, s), = [g for g in E.default_schedules([node]) if g[0][-1].op != "variable"]
+    (group, s), = [g for g in E.default_schedules([node], schedules="hand")
+                   if g[0][-1].op != "variable"]
     assert blocked == any(st.op.name == "conv_blocked" for st in s.stages)
     if LANES == 16:     # AVX-512: each of these sizes takes the blocked form
         assert blocked
@@ -344,7 +345,8 @@ def test_channel_blocked_conv2d_runs_rows_first_while_its_weights_fit_half_the_l
     node = G.conv2d(x, w, padding=1)
     if epilogue:
         node = G.relu(node + b)
-    (group, s), = [g for g in E.default_schedules([node]) if g[0][-1].op != "variable"]
+    (group, s), = [g for g in E.default_schedules([node], schedules="hand")
+                   if g[0][-1].op != "variable"]
     out = next(st for st in s.stages if any(st.op.output is o for o in s.outputs))
     xpad = next(st for st in s.stages if st.op.name == "xpad")
     nb, _, rows, _ = (a.var.name for a in out.op.axis)
