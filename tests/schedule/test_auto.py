@@ -79,6 +79,25 @@ def grid(m, n):
     return [X], U, ref
 
 
+def heat(steps, n):
+    """A 3-point stencil stepped in time (u[t, i] from u[t - 1, i - 1 .. i + 1]): carried
+    along t only, its tiles of (t, i) refused unless i is skewed by t (time tiling)."""
+    X = tl.placeholder((n,), "float32", name="X")
+    U = tl.recurrence((steps, n), lambda u, t, i: tl.if_then_else(
+        t == 0, X[i], tl.if_then_else(tl.all(i >= 1, i <= n - 2),
+                                      (u[t - 1, i - 1] + u[t - 1, i] + u[t - 1, i + 1]) / 3,
+                                      u[t - 1, i])), dtype="float32", name="U")
+
+    def ref(x):
+        u = np.zeros((steps, n))
+        u[0] = x
+        for t in range(1, steps):
+            u[t] = u[t - 1]
+            u[t, 1:-1] = (u[t - 1, :-2] + u[t - 1, 1:-1] + u[t - 1, 2:]) / 3
+        return u
+    return [X], U, ref
+
+
 def conv(c, w):
     """A direct 3x3 convolution (NCHW, OIHW) with a padded input stage: the
     channel-blocked sketch (weights packed by output channels, a tile laid out channels
@@ -101,7 +120,7 @@ def conv(c, w):
 
 PROGRAMS = {"matmul": (matmul, 3), "conv": (conv, 2), "blur": (blur, 2), "row_sum": (row_sum, 2),
             "col_sum": (col_sum, 2), "transpose": (transpose, 2), "prefix": (prefix, 2),
-            "grid": (grid, 2)}
+            "grid": (grid, 2), "heat": (heat, 2)}
 
 
 def _check(s, ins, out, ref, shapes_rng):
@@ -233,6 +252,30 @@ def test_a_recurrence_along_both_axes_gets_a_parallel_wavefront():
     assert loops[0].name.endswith("j.outer") and loops[1].kind.name == "PARALLEL"
     assert auto._lowers(s)
     _check(s, ins, out, ref, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("steps,n", [(9, 300), (20, 133), (6, 70)])
+def test_a_stencil_whose_rows_leave_the_l1_gets_time_tiled_candidates(steps, n, monkeypatch):
+    """i skewed by t, parallelogram tiles of (t, i), their wavefront parallel and each
+    step's row of a tile in vectors: isl accepts every step, and each such candidate is
+    numpy's. Rows of two steps within the L1 get none (a step at a time keeps them
+    there)."""
+    import tensorlang.target as T
+
+    ins, out, ref = heat(steps, n)
+    rng = random.Random(1)
+    assert not any('skew("t", "i"' in auto.sample([out], "llvm", rng).trace_text()
+                   for _ in range(30))
+    monkeypatch.setattr(T, "_CACHES", [(2 * 4 * n - 4, 1 << 20, 32 << 20)])
+    tiled = [s for s in (auto.sample([out], "llvm", rng) for _ in range(40))
+             if 'skew("t", "i"' in s.trace_text()]
+    assert len(tiled) >= 2
+    for s in tiled[:5]:
+        text = s.trace_text()
+        assert 'tile("t", "i"' in text and 'parallel("t.outer")' in text, text
+        assert 'vectorize("i.inner.inner")' in text, text
+        assert auto._lowers(s)
+        _check(s, ins, out, ref, np.random.default_rng(0))
 
 
 def _hand_matmul(out):
