@@ -59,13 +59,13 @@ def anti(n=7, m=6):
     return [x], v, ref
 
 
-def stencil(t=5, n=9):
+def stencil(t=5, n=9, dtype="float64"):
     """A time-stepped 3-point stencil: u[t, i] from u[t-1, i-1..i+1]."""
-    x = tl.placeholder((n,), dtype="float64", name="x")
+    x = tl.placeholder((n,), dtype=dtype, name="x")
     u = tl.recurrence((t, n), lambda u, s, i: tl.if_then_else(
         s == 0, x[i], tl.if_then_else((i > 0) & (i < n - 1),
                                       (u[s - 1, i - 1] + u[s - 1, i] + u[s - 1, i + 1]) / 3.0,
-                                      u[s - 1, i])), dtype="float64", name="u")
+                                      u[s - 1, i])), dtype=dtype, name="u")
 
     def ref(xv):
         out = np.zeros((t, n))
