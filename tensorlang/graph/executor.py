@@ -213,13 +213,25 @@ MODEL_BUDGET_S = 10.0    # seconds at most of the model-only search per kernel
 MODEL_MIN_WORK = 1 << 20     # multiply-adds below which a kernel keeps its hand schedule
 
 
-def _auto_log() -> str:
+def _auto_log() -> str | None:
+    """TL_TUNE_LOG, else the tuning log in `cache_dir()` — None where that folder cannot
+    be made or written (a read-only home): the searches then run without a log, and
+    TL_DEBUG=1 says so."""
+    import os
     import pathlib
 
+    if tune_log() is not None:
+        return tune_log()
     p = pathlib.Path(cache_dir()) / "tuning.jsonl"
-    if tune_log() is None:
+    try:
         p.parent.mkdir(parents=True, exist_ok=True)
-    return tune_log(str(p))
+        if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+            raise PermissionError("not writable")
+    except OSError as e:
+        debug_print(1, f"executor: no tuning log in {p.parent} ({e}): each new kernel's "
+                       f"schedule is searched in every run")
+        return None
+    return str(p)
 
 
 @dataclass

@@ -142,10 +142,17 @@ def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=Non
         # a measured record first; without one, the model-only mode takes its own earlier
         # choice (a record without a time), so that it searches once per program and target
         rec = best_record(log, key) or (None if measure_on_host else model_record(log, key))
+        s = None
         if rec is not None:
-            trace = [TraceEntry.from_json(x) for x in rec["trace"]]
-            s = replay_trace(outs, trace)
-            result.best = Candidate(trace, rec.get("predicted", 0.0), rec["time"])
+            try:                # a record of another version's primitives: searched anew
+                trace = [TraceEntry.from_json(x) for x in rec["trace"]]
+                s = replay_trace(outs, trace)
+            except (TensorlangError, AttributeError, KeyError, TypeError, ValueError,
+                    IndexError) as e:
+                debug_print(1, f"auto_schedule: the record of {key} in {log} does not "
+                               f"replay ({e}); searching instead")
+        if s is not None:
+            result.best = Candidate(trace, rec.get("predicted") or 0.0, rec["time"])
             result.candidates, result.from_log = [result.best], True
             debug_print(1, f"auto_schedule: {'measured' if rec['time'] else 'model'} record "
                            f"{key} from {log}")

@@ -71,13 +71,32 @@ def time_in_turn(fns, rounds: int = 3, min_s: float = TIME_MIN_S) -> list[float]
 
 # ------------------------------------------------------------------------------ the log
 def _read_log(path) -> list[dict]:
+    """The log's records. A line that is not a JSON record (a write cut short, two
+    processes appending at once, a hand edit) is skipped, and TL_DEBUG=1 names it: the log
+    is a cache, and one bad line must not stop a run."""
+    from ..config import debug_print
+
     try:
         with open(path) as f:
-            return [json.loads(line) for line in f if line.strip()]
+            lines = f.readlines()
     except FileNotFoundError:
         return []
-    except (OSError, ValueError) as e:
+    except OSError as e:
         raise TensorlangError(f"auto_schedule: cannot read the tuning log {path}: {e}") from e
+    out = []
+    for k, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            rec = None
+        if not isinstance(rec, dict) or not isinstance(rec.get("trace"), list):
+            debug_print(1, f"auto_schedule: line {k} of the tuning log {path} is not a "
+                           f"record; skipped")
+            continue
+        out.append(rec)
+    return out
 
 
 def best_record(path, key: str) -> dict | None:

@@ -79,6 +79,42 @@ def test_a_measured_record_wins_over_the_models(fresh_log, monkeypatch):
     assert _trace([y]) == s_auto
 
 
+def test_a_broken_log_line_or_a_record_that_does_not_replay_is_skipped(fresh_log,
+                                                                         monkeypatch, capfd):
+    """The log is a cache: a line cut short (two processes appending at once) or a record
+    of primitives this version does not have is skipped — said at TL_DEBUG=1 — and the
+    kernel is searched anew; never an error in the user's run."""
+    monkeypatch.setenv("TL_DEBUG", "1")
+    x = G.Variable("x", (1024, 1280))
+    y = G.sum(x, axis=0)
+    first = _trace([y])
+    rec = json.loads(fresh_log.read_text())
+    rec["trace"] = [["red", ["no_such_primitive", ["r0"], {}]]]
+    fresh_log.write_text('{"key": "cut sh\n' + json.dumps(rec) + "\n")
+    E._KERNELS.clear()
+    capfd.readouterr()
+    assert _trace([y]) == first                     # searched again: the same choice
+    err = capfd.readouterr().err
+    assert "line 1 of the tuning log" in err and "does not replay" in err
+    xv = R.standard_normal((1024, 1280)).astype("float32")
+    (got,) = G.Executor([y]).run({x: xv})
+    np.testing.assert_allclose(got, xv.sum(axis=0), rtol=1e-4, atol=1e-3)
+
+
+def test_an_unwritable_cache_folder_runs_without_a_log(tmp_path, monkeypatch, capfd):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("TL_CACHE_DIR", str(blocker / "cache"))     # under a file: no mkdir
+    monkeypatch.delenv("TL_TUNE_LOG", raising=False)
+    monkeypatch.setenv("TL_DEBUG", "1")
+    monkeypatch.setattr(E, "_KERNELS", {})
+    x = G.Variable("x", (1024, 1280))
+    xv = R.standard_normal((1024, 1280)).astype("float32")
+    (got,) = G.Executor([G.sum(x, axis=0)]).run({x: xv})
+    np.testing.assert_allclose(got, xv.sum(axis=0), rtol=1e-4, atol=1e-3)
+    assert "no tuning log in" in capfd.readouterr().err
+
+
 def test_a_small_kernel_keeps_the_hand_schedule_and_says_so(fresh_log, monkeypatch, capfd):
     monkeypatch.setenv("TL_DEBUG", "1")
     x = G.Variable("x", (64, 100))
