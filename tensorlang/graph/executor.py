@@ -18,7 +18,7 @@ import numpy as np
 import tensorlang as tl
 
 from ..errors import ScheduleError
-from ..config import cache_dir, debug_print, tune_budget, tune_log
+from ..config import cache_dir, debug_print, strict, tune_budget, tune_log
 from .cpu_schedules import conv_block, default_schedule, register_tile  # noqa: F401 (API)
 from ..backends.runtime import aligned_empty
 from .nnops import conv2d_blocked_te
@@ -201,8 +201,15 @@ def schedule_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "
         s = tl.auto_schedule(out, target=target, budget_s=tune_budget(10.0), log=_auto_log(),
                              seeds=[hand])
     elif schedules == "model":
-        s = tl.auto_schedule(out, target=target, budget_s=tune_budget(MODEL_BUDGET_S),
-                             log=_auto_log(), measure_on_host=False, seeds=[hand])
+        try:
+            s = tl.auto_schedule(out, target=target, budget_s=tune_budget(MODEL_BUDGET_S),
+                                 log=_auto_log(), measure_on_host=False, seeds=[hand])
+        except Exception as e:      # noqa: BLE001 (a bug of the search must not end a run
+            if strict():            # that has a correct hand schedule; the tests see it)
+                raise
+            debug_print(1, f"executor: the model-only search failed on {out.name} "
+                           f"({type(e).__name__}: {e}); its hand schedule runs")
+            s = hand
     else:
         s = hand
     return s, ins, out

@@ -115,6 +115,28 @@ def test_an_unwritable_cache_folder_runs_without_a_log(tmp_path, monkeypatch, ca
     assert "no tuning log in" in capfd.readouterr().err
 
 
+def test_a_failing_search_runs_the_hand_schedule_and_says_so_unless_strict(fresh_log,
+                                                                          monkeypatch, capfd):
+    """A bug of the search must not end a user's run that has a correct hand schedule:
+    TL_DEBUG=1 names it; under TL_STRICT=1 (the test suite) it is an error."""
+    def broken(*a, **k):
+        raise RuntimeError("a bug in the search")
+    monkeypatch.setattr(tl, "auto_schedule", broken)
+    x = G.Variable("x", (1024, 1280))
+    y = G.sum(x, axis=0)
+    xv = R.standard_normal((1024, 1280)).astype("float32")
+    monkeypatch.setenv("TL_STRICT", "1")
+    with pytest.raises(RuntimeError, match="a bug in the search"):
+        G.Executor([y]).run({x: xv})
+    monkeypatch.setenv("TL_STRICT", "0")
+    monkeypatch.setenv("TL_DEBUG", "1")
+    capfd.readouterr()
+    assert _trace([y]) == _trace([y], "hand")
+    (got,) = G.Executor([y]).run({x: xv})
+    np.testing.assert_allclose(got, xv.sum(axis=0), rtol=1e-4, atol=1e-3)
+    assert "the model-only search failed on" in capfd.readouterr().err
+
+
 def test_a_small_kernel_keeps_the_hand_schedule_and_says_so(fresh_log, monkeypatch, capfd):
     monkeypatch.setenv("TL_DEBUG", "1")
     x = G.Variable("x", (64, 100))
