@@ -58,6 +58,13 @@ def _graph_op(op, shapes, **attrs):
     return ins, out, hand
 
 
+def _model(ins, out, seed: tl.Schedule, name: str = "model"):
+    """The kernel the executor's default would build: model-only, `seed` (the hand
+    schedule) among the candidates."""
+    s = tl.auto_schedule(out, measure_on_host=False, seeds=[seed])
+    return tl.build(s, [*ins, out], name=name), list(range(len(ins)))
+
+
 def _te_op(build, hand_schedule):
     ins, out = build()
 
@@ -69,10 +76,7 @@ def _te_op(build, hand_schedule):
     def hand():
         return tl.build(schedule(), [*ins, out], name="hand"), list(range(len(ins)))
 
-    def model():        # as the executor would choose: model-only, the hand schedule a seed
-        s = tl.auto_schedule(out, measure_on_host=False, seeds=[schedule()])
-        return tl.build(s, [*ins, out], name="model"), list(range(len(ins)))
-    hand.model = model
+    hand.model = lambda: _model(ins, out, schedule())
     return ins, out, hand
 
 
@@ -206,11 +210,7 @@ def _layer_norm(quick: bool):
 
     def hand():
         return tl.build(s_hand, [*ins, out], name="hand_ln"), list(range(len(ins)))
-
-    def model():
-        s = tl.auto_schedule(out, measure_on_host=False, seeds=[s_hand])
-        return tl.build(s, [*ins, out], name="model_ln"), list(range(len(ins)))
-    hand.model = model
+    hand.model = lambda: _model(ins, out, s_hand, "model_ln")
     # the graph lifts eps into a scalar input: it gets its value, not a random one (a
     # negative draw makes rows NaN and others ill-conditioned, where two correct summation
     # orders differ by 0.2 %)

@@ -19,6 +19,7 @@ import tensorlang as tl
 
 from ..errors import ScheduleError
 from ..config import cache_dir, debug_print, strict, tune_budget, tune_log
+from ..schedule import auto
 from .cpu_schedules import conv_block, default_schedule, register_tile  # noqa: F401 (API)
 from ..backends.runtime import aligned_empty
 from .nnops import conv2d_blocked_te
@@ -190,20 +191,24 @@ def schedule_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "
     if target in GPU_TARGETS:
         return gpu_schedule(out, kind, fresh, anchor), ins, out
     work = _work(tshapes[-1], shapes)
-    hand = default_schedule(out, kind, work, fresh, anchor)
     if schedules == "default":
         schedules = "auto" if tune_log() is not None else "model"
     if schedules == "model" and work < MODEL_MIN_WORK:
         debug_print(1, f"executor: {out.name} ({work} multiply-adds) keeps the hand schedule: "
                        f"below MODEL_MIN_WORK ({MODEL_MIN_WORK}), no search")
         schedules = "hand"
+    log = _auto_log() if schedules in ("auto", "model") else None
+    s = auto.recorded(out, target, log, model=schedules == "model")
+    if s is not None:           # a record: the hand schedule (its seed) is not needed
+        return s, ins, out
+    hand = default_schedule(out, kind, work, fresh, anchor)
     if schedules == "auto":     # the hand schedule seeds the search: never slower than it
-        s = tl.auto_schedule(out, target=target, budget_s=tune_budget(10.0), log=_auto_log(),
+        s = tl.auto_schedule(out, target=target, budget_s=tune_budget(10.0), log=log,
                              seeds=[hand])
     elif schedules == "model":
         try:
             s = tl.auto_schedule(out, target=target, budget_s=tune_budget(MODEL_BUDGET_S),
-                                 log=_auto_log(), measure_on_host=False, seeds=[hand])
+                                 log=log, measure_on_host=False, seeds=[hand])
         except Exception as e:      # noqa: BLE001 (a bug of the search must not end a run
             if strict():            # that has a correct hand schedule; the tests see it)
                 raise

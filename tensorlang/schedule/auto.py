@@ -31,7 +31,7 @@ import numpy as np
 from ..config import debug_print, tune_budget, tune_log
 from ..errors import ScheduleError, TensorlangError
 from .measure import (_append_log, best_record, measure, measure_many,  # noqa: F401
-                      model_record, time_in_turn)   # (auto.measure_many etc. are API)
+                      time_in_turn)                 # (auto.measure_many etc. are API)
 from .sample import (_channel_axis, _lowers, _outputs, _target,  # noqa: F401
                      sample)                    # (auto.sample, auto._lowers: used outside)
 from .schedule import Schedule, TraceEntry, create_schedule
@@ -111,6 +111,36 @@ def replay_trace(outputs, trace: list[TraceEntry]) -> Schedule:
     return s.replay(s, trace)
 
 
+def recorded(outputs, target, log, model: bool = False, key: str | None = None):
+    """The tuning log's schedule for `outputs` on `target`, replayed (its `auto` a result
+    from the log), or None: the fastest measured record, else with `model` the model-only
+    mode's latest choice (a record without a time), so that it searches once per program
+    and target. A record that does not replay (another version's primitives) is passed
+    over, and TL_DEBUG=1 says so."""
+    if log is None:
+        return None
+    outs, tgt = _outputs(outputs), _target(target)
+    key = key or program_key(outs, tgt)
+    rec = best_record(log, key, model=model)
+    if rec is None:
+        return None
+    try:
+        trace = [TraceEntry.from_json(x) for x in rec["trace"]]
+        s = replay_trace(outs, trace)
+    except (TensorlangError, AttributeError, KeyError, TypeError, ValueError,
+            IndexError) as e:
+        debug_print(1, f"auto_schedule: the record of {key} in {log} does not replay ({e}); "
+                       f"searching instead")
+        return None
+    result = AutoResult(key, str(tgt), from_log=True)
+    result.best = Candidate(trace, rec.get("predicted") or 0.0, rec["time"])
+    result.candidates = [result.best]
+    debug_print(1, f"auto_schedule: {'measured' if rec['time'] else 'model'} record {key} "
+                   f"from {log}")
+    s.auto = result
+    return s
+
+
 # ------------------------------------------------------------------------------ search
 def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=None,
                   measure_on_host: bool | None = None, seed: int = 0,
@@ -134,30 +164,13 @@ def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=Non
                                       "search needs constant shapes (bind the tl.var sizes "
                                       "first)")
     log = log or tune_log()
-    key = program_key(outs, tgt)
-    result = AutoResult(key, str(tgt))
     if measure_on_host is None:
         measure_on_host = tgt.is_host
-    if log is not None:
-        # a measured record first; without one, the model-only mode takes its own earlier
-        # choice (a record without a time), so that it searches once per program and target
-        rec = best_record(log, key) or (None if measure_on_host else model_record(log, key))
-        s = None
-        if rec is not None:
-            try:                # a record of another version's primitives: searched anew
-                trace = [TraceEntry.from_json(x) for x in rec["trace"]]
-                s = replay_trace(outs, trace)
-            except (TensorlangError, AttributeError, KeyError, TypeError, ValueError,
-                    IndexError) as e:
-                debug_print(1, f"auto_schedule: the record of {key} in {log} does not "
-                               f"replay ({e}); searching instead")
-        if s is not None:
-            result.best = Candidate(trace, rec.get("predicted") or 0.0, rec["time"])
-            result.candidates, result.from_log = [result.best], True
-            debug_print(1, f"auto_schedule: {'measured' if rec['time'] else 'model'} record "
-                           f"{key} from {log}")
-            s.auto = result
-            return s
+    key = program_key(outs, tgt)
+    got = recorded(outs, tgt, log, model=not measure_on_host, key=key)
+    if got is not None:
+        return got
+    result = AutoResult(key, str(tgt))
     rng = random.Random(seed)
     t0 = time.perf_counter()
     seen: dict[str, Candidate] = {}
@@ -315,11 +328,11 @@ def _refine(seen: dict, outs, tgt, rng: random.Random, until: float, pool: int =
     30 samples)."""
     best = sorted((c for c in seen.values() if c.schedule is not None and c.trace),
                   key=lambda c: c.predicted)[:pool]
-    attempts, most = 0, None if tries is None else 8 * tries
-    while best and time.perf_counter() < until and (tries is None or tries > 0):
-        attempts += 1
-        if most is not None and attempts > most:
-            return                      # (mutants already seen, mostly)
+    # `tries` new mutants at most, among 8 times as many draws (most seen before)
+    draws = None if tries is None else 8 * tries
+    while best and time.perf_counter() < until and (tries is None or tries > 0 and draws > 0):
+        if draws is not None:
+            draws -= 1
         child = _mutate(rng.choice(best).trace, rng)
         if child is None:
             return

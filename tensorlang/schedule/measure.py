@@ -99,15 +99,15 @@ def _read_log(path) -> list[dict]:
     return out
 
 
-def best_record(path, key: str) -> dict | None:
-    recs = [r for r in _read_log(path) if r.get("key") == key and r.get("time") is not None]
-    return min(recs, key=lambda r: r["time"]) if recs else None
-
-
-def model_record(path, key: str) -> dict | None:
-    """The model-only mode's latest choice for a key (a record without a time)."""
-    recs = [r for r in _read_log(path) if r.get("key") == key and r.get("time") is None]
-    return recs[-1] if recs else None
+def best_record(path, key: str, model: bool = False) -> dict | None:
+    """The fastest measured record for a key; without one, with `model`, the model-only
+    mode's latest choice (a record without a time). One read of the log."""
+    recs = [r for r in _read_log(path) if r.get("key") == key]
+    timed = [r for r in recs if r.get("time") is not None]
+    if timed:
+        return min(timed, key=lambda r: r["time"])
+    untimed = [r for r in recs if r.get("time") is None] if model else []
+    return untimed[-1] if untimed else None
 
 
 def _append_log(path, rec: dict) -> None:

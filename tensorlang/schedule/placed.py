@@ -18,7 +18,7 @@ def _val(v) -> int:
     return int(v.to_python()) if v.is_int() else 0
 
 
-def _count(s: isl.Set) -> int:
+def _points(s: isl.Set) -> int:
     """How many points a bounded set has, exactly: isl's count_val enumerates them, which
     took 0.24 s a count on a convolution's loop nest (millions of iterations), so the
     innermost dimension is summed instead. In a convex piece without existentials its
@@ -42,7 +42,7 @@ def _count(s: isl.Set) -> int:
             m.lexmin_pw_multi_aff().get_pw_aff(0))
         for outer, length in run.get_pieces():
             if length.is_cst():
-                total += (_val(length.get_constant_val()) + 1) * _count(outer)
+                total += (_val(length.get_constant_val()) + 1) * _points(outer)
             else:
                 total += _val(m.intersect_domain(outer).wrap().count_val())
     return total
@@ -138,7 +138,7 @@ class _Stmt:
             return 1
         got = self._runs.get(d)
         if got is None:
-            got = self._runs[d] = _count(self.prefix[d].range())
+            got = self._runs[d] = _points(self.prefix[d].range())
         return got
 
     def _trips(self) -> list[int]:

@@ -1108,6 +1108,6 @@ def _loop_nest_sets(draw):
 @given(_loop_nest_sets())
 @settings(max_examples=150, deadline=None)
 def test_a_loop_nests_count_summed_by_its_innermost_runs_is_isls_count(s):
-    from tensorlang.schedule.placed import _count, _val
+    from tensorlang.schedule.placed import _points, _val
 
-    assert _count(s) == _val(s.count_val())
+    assert _points(s) == _val(s.count_val())
