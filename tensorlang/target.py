@@ -28,16 +28,11 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
+from .cpus import CPUModel, cpu_model, host_model
 from .errors import TensorlangError
 
 # arch (first word of the triple) -> default vector bits when the features do not say more
 _X86 = ("x86_64", "i386", "i686")
-# bytes a cycle one core streams from the last-level cache into its L2, where measured
-# (Target.l3_bytes_per_cycle)
-_L3_BYTES_PER_CYCLE = {"znver5": 31.0}
-# CPUs whose last-level cache is a victim cache of the cores' L2s, fast for each core (AMD
-# Zen): a kernel's output stays there while everything fits (Target.stream_store_bytes)
-_VICTIM_LLC = ("znver",)
 
 
 @dataclass(frozen=True)
@@ -50,6 +45,9 @@ class Target:
     features: str = ""
     name: str = "custom"
     kind: str = field(default="llvm")
+    # a CPU model given by hand (`with_cpu_model`); None: the CPU's entry in tensorlang.cpus
+    # (the host's: with this machine's caches)
+    model: CPUModel | None = field(default=None, repr=False)
 
     # ------------------------------------------------------------------ construction
     @staticmethod
@@ -92,8 +90,11 @@ class Target:
         else:
             features = host.features if same_arch and cpu == host.cpu else \
                 _implied_x86(triple, cpu)
-        name = "host" if (triple, cpu, features) == (host.triple, host.cpu, host.features) \
-            else "custom"
+        # a CPU named in the string is described by its own entry (tensorlang.cpus) even
+        # where it is this machine's; "llvm" and a string naming no CPU or features of
+        # another machine describe this one
+        name = "host" if "mcpu" not in opts and (triple, cpu, features) == \
+            (host.triple, host.cpu, host.features) else "custom"
         t = Target(triple, cpu, features, name)
         from .backends.llvm.target import validate
 
@@ -164,45 +165,57 @@ class Target:
         return 16
 
     @property
+    def cpu_model(self) -> CPUModel:
+        """The machine facts of this target's CPU (`tensorlang.cpus`): a model given by
+        hand (`with_cpu_model`), else the host's (its CPU's entry with the caches /sys
+        reports) for the ``host`` target, else the named CPU's entry wherever this is
+        parsed; an `UnknownCPUError` for a CPU with none."""
+        if self.model is not None:
+            return self.model
+        if self.name == "host":
+            got = _HOST_MODEL.get(self.cpu)
+            if got is None:
+                got = _HOST_MODEL[self.cpu] = host_model(self.cpu, self.arch, _sys_caches())
+            return got
+        return cpu_model(self.cpu, self.arch)
+
+    def with_cpu_model(self, model: CPUModel | None = None, **fields) -> Target:
+        """This target with its CPU described by hand: `model` (a `tl.CPUModel`, default
+        the target's own) with `fields` changed, e.g.
+        ``t.with_cpu_model(l2_bytes=2 << 20, clock_hz=3.2e9)``."""
+        if model is not None and not isinstance(model, CPUModel):
+            raise TensorlangError(f"with_cpu_model: model must be a tl.CPUModel (e.g. "
+                                  f"tl.cpu_model('znver4')), got {model!r}")
+        base = model if model is not None else self.cpu_model
+        import dataclasses
+
+        return dataclasses.replace(self, model=base.replace(**fields) if fields else base)
+
+    @property
     def cache_bytes(self) -> tuple[int, int, int]:
         """Data cache sizes (L1, L2, last level) in bytes that one core's kernel can count
-        on: this machine's (from /sys) for the host, else typical sizes of the
-        architecture (x86-64: 32 KiB, 1 MiB, 32 MiB; AArch64: 64 KiB, 1 MiB, 8 MiB;
-        others: 32 KiB, 512 KiB, 4 MiB)."""
-        if self.is_host:
-            got = _host_caches()
-            if got is not None:
-                return got
-        if self.arch in _X86:
-            return (32 << 10, 1 << 20, 32 << 20)
-        if self.arch in ("aarch64", "arm64"):
-            return (64 << 10, 1 << 20, 8 << 20)
-        return (32 << 10, 512 << 10, 4 << 20)
+        on (`cpu_model`: this machine's, from /sys, for the host)."""
+        m = self.cpu_model
+        return (m.l1_bytes, m.l2_bytes, m.l3_bytes)
 
     @property
     def l1_ways(self) -> int:
         """Ways of the L1 data cache's sets (lines of addresses `cache_bytes[0] / l1_ways`
-        apart share a set): this machine's (from /sys) for the host, else typical ones
-        (x86-64: 8 of 32 KiB; AArch64: 4 of 64 KiB; others: 8)."""
-        if self.is_host:
-            got = _host_l1_ways()
-            if got:
-                return got
-        return 4 if self.arch in ("aarch64", "arm64") else 8
+        apart share a set), from `cpu_model`."""
+        return self.cpu_model.l1_ways
 
     @property
     def l3_bytes_per_cycle(self) -> float:
         """Bytes a cycle one core streams into its L2 from the last-level cache (the
-        auto-scheduler's cost model): measured per CPU where known — Zen 5 (znver5): 31,
-        one core summing an 8 MiB array at 93 GB/s (3 GHz nominal); elsewhere 10, as a
-        2-core Zen 4 VM streamed an 8 MiB blur (~30 GB/s). TL_L3_BYTES_PER_CYCLE
+        auto-scheduler's cost model), from `cpu_model`; for the host TL_L3_BYTES_PER_CYCLE
         overrides it."""
-        from .config import l3_bytes_per_cycle
+        if self.name == "host" and self.model is None:
+            from .config import l3_bytes_per_cycle
 
-        env = l3_bytes_per_cycle()
-        if env is not None:
-            return env
-        return _L3_BYTES_PER_CYCLE.get(self.cpu, 10.0)
+            env = l3_bytes_per_cycle()
+            if env is not None:
+                return env
+        return self.cpu_model.l3_bytes_per_cycle
 
     @property
     def stream_store_bytes(self) -> int:
@@ -210,12 +223,12 @@ class Target:
         non-temporally on x86-64 (`backends/llvm/stream.py`): the cores' L2s together, where
         a line written from the last level costs a read for ownership and a write-back over
         a narrow path (a 2-core Xeon: E = D + (A+B)*C over 2^21 floats, 40 MiB, 50 -> 58-62
-        GB/s streamed); the last-level cache itself on AMD Zen, whose L3 takes the L2s'
-        victims at ~30 bytes a cycle a core. Measured on Zen 5 (2 cores, 32 MiB L3), each
-        pair in one process, in turn: a copy of 8 / 16 / 24 / 32 MiB in all ran 1.2 / 1.3 /
-        1.4 / 1.4x slower streamed (DRAM takes what the L3 would have kept), 48 MiB level,
-        64 / 128 / 320 MiB 0.89 / 0.84 / 0.78x (E = D + (A+B)*C alike: 1.12x at 32 MiB,
-        0.82-0.87x from 64)."""
+        GB/s streamed); the last-level cache itself where it is a victim cache of the L2s
+        (`victim_llc`: AMD Zen). Measured on Zen 5 (2 cores, 32 MiB L3), each pair in one
+        process, in turn: a copy of 8 / 16 / 24 / 32 MiB in all ran 1.2 / 1.3 / 1.4 / 1.4x
+        slower streamed (DRAM takes what the L3 would have kept), 48 MiB level, 64 / 128 /
+        320 MiB 0.89 / 0.84 / 0.78x (E = D + (A+B)*C alike: 1.12x at 32 MiB, 0.82-0.87x
+        from 64)."""
         _, l2, last = self.cache_bytes
         return last if self.victim_llc else l2 * self.cores
 
@@ -226,16 +239,17 @@ class Target:
         the bandwidth into the L2 once, its read for ownership (the cost model's traffic;
         Zen 5: a copy, a fill and an add, L3-resident, each ran at ~33 bytes a cycle a core
         counting each written line once, as a sum reads)."""
-        return self.cpu.startswith(_VICTIM_LLC)
+        return self.cpu_model.victim_llc
 
     @property
     def cores(self) -> int:
-        """Cores a parallel loop can use: this process's CPUs for the host, 4 otherwise."""
-        if self.is_host:
+        """Cores a parallel loop can use: this process's threads for the host target, the
+        model's (4 for a named CPU) otherwise."""
+        if self.name == "host" and self.model is None:
             from .config import num_threads
 
             return max(1, num_threads())
-        return 4
+        return self.cpu_model.cores
 
     def vector_lanes(self, dtype="float32") -> int:
         """Lanes of `dtype` in one native vector (1 when the target has no vectors)."""
@@ -270,8 +284,8 @@ class Target:
         return f"Target({label}{self})"
 
 
-_CACHES: list = []
 _SYS_CACHES: list = []
+_HOST_MODEL: dict[str, CPUModel] = {}
 
 
 def _sys_caches() -> dict[int, tuple[int, int]]:
@@ -302,23 +316,6 @@ def _sys_caches() -> dict[int, tuple[int, int]]:
             continue
     _SYS_CACHES.append(out)
     return out
-
-
-def _host_caches() -> tuple[int, int, int] | None:
-    """(L1 data, L2, last level) of cpu0 from /sys/devices/system/cpu, or None."""
-    if _CACHES:
-        return _CACHES[0]
-    sizes = {level: size for level, (size, _) in _sys_caches().items()}
-    got = None
-    if 1 in sizes and 2 in sizes:
-        got = (sizes[1], sizes[2], sizes.get(3, sizes[2]))
-    _CACHES.append(got)
-    return got
-
-
-def _host_l1_ways() -> int | None:
-    """Ways of cpu0's L1 data cache from /sys/devices/system/cpu, or None."""
-    return _sys_caches().get(1, (0, 0))[1] or None
 
 
 def _arch(triple: str) -> str:

@@ -14,7 +14,17 @@ if "TL_CACHE_DIR" not in os.environ:
 
 import tensorlang as tl
 
-SIZES = (1, 13, 300)  # one, a prime, a larger size
+SIZES = (1, 13, 300)
+
+
+def set_host_caches(monkeypatch, l1: int, l2: int, l3: int) -> None:
+    """Describe this machine (the ``host`` target) as having caches of `l1`, `l2` and `l3`
+    bytes for the rest of a test, whatever it has."""
+    import tensorlang.target as T
+
+    host = tl.Target.parse("llvm")
+    model = host.cpu_model.replace(l1_bytes=l1, l2_bytes=l2, l3_bytes=l3)
+    monkeypatch.setattr(T, "_HOST_MODEL", {host.cpu: model})  # one, a prime, a larger size
 
 
 @pytest.fixture

@@ -51,34 +51,22 @@ from .placed import (_box, _carried, _carry_distance, _moving, _moving_vars, _St
 from .traffic import (LINE_BYTES, _count, _resident, _set_conflict_lines, _tile_conflicts,
                       _traffic)
 
-GHZ = 3.0e9
-FMA_PIPES = 2             # vector arithmetic instructions per cycle
-LOADS_PER_CYCLE = 2
-STORES_PER_CYCLE = 1
-ISSUE_WIDTH = 4           # vector and memory operations the core issues a cycle, with
-                          # the loop's own (fitted on Zen 5's samples: 5 or 6 ranked the
-                          # heat stencil's short blocks as if their loop were free)
+# The machine's facts (clock, pipes, ports, latencies, bandwidths, caches) come from the
+# target's CPU model (`Target.cpu_model`, tensorlang/cpus.py); what follows are LLVM's habits
+# and the model's own fitted weights.
 LOOP_OPS = 2              # a loop's own instructions an iteration: increment, compare-branch
-FMA_LATENCY = 4           # cycles
-FORWARD_LATENCY = 7       # an add through memory: store, forwarded load, add
 MINMAX_LATENCY = 7        # a NaN-propagating max: compare, blend, max, dependent
 INTERLEAVE = 4            # accumulators LLVM's loop vectoriser keeps for a reduction
-BYTES_PER_CYCLE = (64, 10)   # into L1 from L2, into L2 from L3 (per core; the second is
-                             # the target's own where it is known: Target.l3_bytes_per_cycle)
-DRAM_BYTES_PER_S = 25e9   # the whole machine
-DRAM_CORE_BYTES_PER_S = 12.5e9   # ... and one core (the misses it keeps in flight)
 FORK_S = 0.5e-6           # one launch of a parallel loop, its workers spinning (in a loop)
 CALL_COST = {"exp": 16, "log": 20, "tanh": 30, "erf": 30, "sigmoid": 20, "sqrt": 6,
              "rsqrt": 6, "pow": 40, "sin": 30, "cos": 30, "fmax": 1, "fmin": 1}
 MASKED_CYCLES = 10        # a masked vector load or store (a row's partial last vector)
 CONFLICT_CYCLES = 20      # a lane of a vector store whose lanes are 4 KiB apart (L1 sets)
-OOO_WINDOW = 256          # instructions the core looks ahead (out-of-order window)
 EXACT_POINTS = 1 << 16    # loop values a wavefront's exact launch count may enumerate
 SMALL_LOOP = 4            # LLVM unrolls innermost loops this short completely
 OVERLAP_NORM = 4          # compute and traffic overlap as the 4-norm of their times
 SET_CONFLICT_CYCLES = 10  # a line lost to a set's conflicts and fetched again from L2
 TILE_CONFLICT_CYCLES = 5  # ... a tile's line (`_tile_conflicts`): the core waits for it
-LOOP_EXIT_CYCLES = 12     # a loop's exit branch, mispredicted (`_statement`)
 FULL_UNROLL = 16          # LLVM unrolls a loop of up to this many iterations whole (`_promoted`)
 PREDICTED_TRIPS = 32      # a loop of a constant trip count up to this: its exit predicted
 
@@ -310,6 +298,7 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None,
     e, n, trips = st.e, st.n, st.trips
     lanes = max(1, tgt.vector_lanes("float32"))
     cores = tgt.cores
+    cpu = tgt.cpu_model
     kinds = _as_compiled(st, [lp.kind for lp in e.loops])
     for name, _, local, m, _ in st.accesses:
         if local and name in promoted:
@@ -390,13 +379,13 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None,
             # tensor's elements in registers across a loop: a store, then a load forwarded)
             # — except a max or min along loop r, which LLVM vectorises into a register
             acc_vectors = max(1.0, _count(box) / v)
-            latency = FMA_LATENCY if in_regs or minmax else FORWARD_LATENCY
+            latency = cpu.fma_latency if in_regs or minmax else cpu.forward_latency
             if _is_minmax(st):
                 # max/min propagate NaN as numpy does: a compare, a blend and the max
                 # depend on each other (three steps a vector; fmax/fmin, NaN ignored, are
                 # one vmaxps); LLVM's own vectorisation of the loop (`minmax`) keeps
                 # INTERLEAVE accumulators, a rfactor one
-                latency = (MINMAX_LATENCY if _nan_propagating(st) else FMA_LATENCY) / \
+                latency = (MINMAX_LATENCY if _nan_propagating(st) else cpu.fma_latency) / \
                     (INTERLEAVE if minmax else 1)
             chain = max(chain, latency * (block / v) / acc_vectors)
             if in_regs or minmax:
@@ -442,14 +431,14 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None,
         # 2-core Xeon)
         per = ops + loads + stores + 1
         if r > 0 and _carried(st, r - 1):
-            window = 1.0 / max(1.0, min(trips[r - 1], OOO_WINDOW / (trips[r] * per)))
+            window = 1.0 / max(1.0, min(trips[r - 1], cpu.ooo_window / (trips[r] * per)))
         else:
-            window = min(1.0, trips[r] * per / OOO_WINDOW)
+            window = min(1.0, trips[r] * per / cpu.ooo_window)
         # under a fused loop the indices are divisions of its counter, so LLVM does not see
         # that the element read is the one the last iteration stored: through memory (not
         # when a parallel loop lies between: its tasks see the fused counter as a constant)
         inner = e.loops[(p0 + 1 if p0 is not None and p0 < r else 0):r + 1]
-        latency = FMA_LATENCY * _chain_ops(st) + (FORWARD_LATENCY if any(
+        latency = cpu.fma_latency * _chain_ops(st) + (cpu.forward_latency if any(
             lp.name.endswith(".fused") for lp in inner) else 0)
         # a dependence d iterations of loop r apart (a time step under a loop fused with
         # the row's vectors: 255 apart) leaves d - 1 independent blocks between: each
@@ -458,13 +447,18 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None,
         chain = max(chain, latency * window / distance)
     # the loop's own instructions, once a block (LLVM's vector loop, autovec, runs
     # INTERLEAVE vectors an iteration), issue with the block's arithmetic, loads and stores,
-    # ISSUE_WIDTH a cycle: they cost where the block is short (the heat stencil's rows of
+    # the core's issue width a cycle: they cost where the block is short (the heat stencil's rows of
     # one vector) and hide under a block bound by its loads (the blur's nine a vector: its
     # row-wise variants, loops of 1, 2, 4 or 8 vectors, measured within 4 %; an added cycle
     # a block had spread them 7 % and ranked the fastest last)
     overhead = (1 / INTERLEAVE if autovec > 1 else 1) if r >= 0 else 0
-    throughput = (arith / FMA_PIPES, loads / LOADS_PER_CYCLE, stores / STORES_PER_CYCLE)
-    ops, loop_ops = (arith + loads + stores) / ISSUE_WIDTH, LOOP_OPS * overhead / ISSUE_WIDTH
+    # the pipes and ports at the block's vector width (Zen 4 runs 512-bit ones as halves)
+    bits = min(tgt.vector_bits, 32 * max(v, autovec)) if tgt.vector_bits else 32
+    throughput = (arith / cpu.per_cycle(cpu.fma_pipes, bits),
+                  loads / cpu.per_cycle(cpu.load_ports, bits),
+                  stores / cpu.per_cycle(cpu.store_ports, bits))
+    ops = (arith + loads + stores) / cpu.issue_width
+    loop_ops = LOOP_OPS * overhead / cpu.issue_width
     base = max(*throughput, chain, ops + loop_ops)
     cycles = base + strided
     if n and kinds[-1] is LoopKind.VECTORIZED and v > 1:
@@ -502,7 +496,7 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None,
     # set conflicts, the count below and autovec's interleave: offline rho of six stored
     # Zen 5 samples, blur 0.32 / 0.33 / 0.11 / 0.53 -> 0.54 / 0.50 / 0.36 / 0.69, heat
     # 0.42 / 0.42 -> 0.57 / 0.56; the other operators' within 0.02
-    compute_cycles += sum(iters[d] * (LOOP_EXIT_CYCLES if not st.constant[d] or
+    compute_cycles += sum(iters[d] * (cpu.mispredict_cycles if not st.constant[d] or
                                       trips[d] > PREDICTED_TRIPS else 1)
                           for d in range(1, r + 1))
     # parallelism: the outermost parallel loop
@@ -538,18 +532,18 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None,
     chained = chain > max(*throughput, ops + loop_ops)
     if not chained:
         compute_cycles += stalls
-    compute_s = compute_cycles / GHZ / used * imbalance
+    compute_s = compute_cycles / cpu.clock_hz / used * imbalance
     cycle_s = blocks * (compute_s / compute_cycles if compute_cycles else 0.0)
-    rates = (BYTES_PER_CYCLE[0], tgt.l3_bytes_per_cycle)
+    rates = (cpu.l2_bytes_per_cycle, tgt.l3_bytes_per_cycle)
     # DRAM's bandwidth is the machine's, and one core draws a share of it only (the misses
     # it keeps in flight): a transposed copy from DRAM ran 25.6 ms on one core, 12.3 on two
     # (Zen 5), where the model had them level and the declared loop nest among the fast
-    memory = tuple(traffic[k] / (rates[k] * GHZ * used) * imbalance
+    memory = tuple(traffic[k] / (rates[k] * cpu.clock_hz * used) * imbalance
                    for k in range(2)) + \
-        (traffic[2] / min(DRAM_BYTES_PER_S, DRAM_CORE_BYTES_PER_S * used),)
+        (traffic[2] / min(cpu.dram_bytes_per_s, cpu.dram_core_bytes_per_s * used),)
     overlapped = lost * SET_CONFLICT_CYCLES + (stalls if chained else 0.0)
     if overlapped:
-        memory = (memory[0] + overlapped / GHZ / used * imbalance,) + memory[1:]
+        memory = (memory[0] + overlapped / cpu.clock_hz / used * imbalance,) + memory[1:]
     block_text = (f"{iters[r + 1] // max(autovec, 1)} blocks x {cycles:.1f} cycles (arith "
                   f"{arith:.0f}, loads {loads:.0f}, stores {stores:.0f}, chain {chain:.1f}, "
                   f"strided {strided:.0f}, v {v}/{autovec})")

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 import tensorlang as tl
 import tensorlang.graph as G
 from tensorlang.graph import executor
+from tests.conftest import set_host_caches
 
 R = np.random.default_rng(11)
 
@@ -333,9 +334,7 @@ def test_large_matmuls_read_B_packed_in_panels(shape_a, shape_b, tb, monkeypatch
     """Above PACK_MIN_FLOPS, with B larger than two L2 caches (here: 16 KiB ones) or read
     transposed, the executor's matmul copies B into panels of the tile's width (one
     contiguous run per k); results stay numpy's, batched and transposed too."""
-    import tensorlang.target as T
-
-    monkeypatch.setattr(T, "_CACHES", [(32 << 10, 16 << 10, 1 << 20)])
+    set_host_caches(monkeypatch, 32 << 10, 16 << 10, 1 << 20)
     executor._KERNELS.clear()
     members = (("matmul", (("ta", False), ("tb", tb)), (("in", 0), ("in", 1))),)
     mod, _ = executor.compile_group(members, (shape_a, shape_b), ("float32", "float32"),

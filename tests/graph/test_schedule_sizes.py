@@ -14,6 +14,7 @@ import tensorlang as tl
 import tensorlang.graph as G
 from tensorlang.graph import cpu_schedules as CS
 from tensorlang.graph import executor as E
+from tests.conftest import set_host_caches
 
 SIZES = (1, 2, 3, 7, 17, 64, 127, 1000, 1025, 4096)
 LANES = CS._lanes("float32")
@@ -161,7 +162,7 @@ def test_executor_matmul_built_for_avx2_uses_its_tile_and_matches_numpy(shape, m
 def _small_caches(monkeypatch, last_level: int):
     import tensorlang.target as T
 
-    monkeypatch.setattr(T, "_CACHES", [(32 << 10, min(1 << 20, last_level), last_level)])
+    set_host_caches(monkeypatch, 32 << 10, min(1 << 20, last_level), last_level)
     E._KERNELS.clear()
 
 
@@ -194,7 +195,7 @@ def test_a_matmul_whose_b_overflows_half_the_l2_goes_in_blocks_of_b_panels(monke
     import tensorlang.target as T
 
     monkeypatch.setenv("TL_NUM_THREADS", "2")
-    monkeypatch.setattr(T, "_CACHES", [(48 << 10, 2 << 20, 32 << 20)])
+    set_host_caches(monkeypatch, 48 << 10, 2 << 20, 32 << 20)
     E._KERNELS.clear()
     l2 = tl.Target.parse("llvm").cache_bytes[1]
     for (m, k, n), first in (((1024, 1024, 1024), ("column blocks", "PARALLEL")),

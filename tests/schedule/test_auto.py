@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import tensorlang as tl
 from tensorlang.schedule import auto
+from tests.conftest import set_host_caches
 
 
 def matmul(m, k, n):
@@ -250,14 +251,12 @@ def test_a_stencil_whose_rows_leave_the_l1_gets_time_tiled_candidates(steps, n, 
     step's row of a tile in vectors: isl accepts every step, and each such candidate is
     numpy's. Rows of two steps within the L1 get none (a step at a time keeps them
     there)."""
-    import tensorlang.target as T
-
     ins, out, ref = heat(steps, n)
     t, i = (a.var.name for a in out.op.axis)
     rng = random.Random(1)
     assert not any(f'skew("{t}", "{i}"' in auto.sample([out], "llvm", rng).trace_text()
                    for _ in range(30))
-    monkeypatch.setattr(T, "_CACHES", [(2 * 4 * n - 4, 1 << 20, 32 << 20)])
+    set_host_caches(monkeypatch, 2 * 4 * n - 4, 1 << 20, 32 << 20)
     tiled = [s for s in (auto.sample([out], "llvm", rng) for _ in range(40))
              if f'skew("{t}", "{i}"' in s.trace_text()]
     assert len(tiled) >= 2

@@ -14,6 +14,7 @@ import tensorlang as tl
 from tensorlang.graph import cpu_schedules as CS
 from tensorlang.ir.stmt import LoopKind
 from tensorlang.schedule import cost, traffic
+from tests.conftest import set_host_caches
 
 
 def _matmul(m, k, n):
@@ -215,9 +216,7 @@ def test_b_beyond_the_last_level_cache_streams_from_dram_unless_its_panels_are_o
         monkeypatch):
     """B's panels outermost when B overflows the last-level cache (32 MiB here, whatever
     this machine has): the model's DRAM traffic falls by more than 4x."""
-    import tensorlang.target as T
-
-    monkeypatch.setattr(T, "_CACHES", [(32 << 10, 1 << 20, 32 << 20)])
+    set_host_caches(monkeypatch, 32 << 10, 1 << 20, 32 << 20)
     A, B, C = _matmul(4096, 4096, 4096)
 
     def dram(panels_outer):
@@ -395,9 +394,7 @@ def test_data_that_fits_the_l2_stays_there_between_calls(monkeypatch):
     """A heat stencil of 64 steps over 4096 points (1 MiB) fits a 2 MiB L2: called again,
     it finds its data there (measured 0.05 ms serial, the model said 0.10 before, as if
     it came from L3); over 16384 points (4 MiB) it does not."""
-    import tensorlang.target as T
-
-    monkeypatch.setattr(T, "_CACHES", [(48 << 10, 2 << 20, 32 << 20)])
+    set_host_caches(monkeypatch, 48 << 10, 2 << 20, 32 << 20)
 
     def l2_traffic(n):
         X = tl.placeholder((n,), "float32", name="X")
@@ -563,6 +560,8 @@ def _blur_inlined(rows: int | None, n: int = 1024):
 
 
 ZEN5 = "llvm -mtriple=x86_64-unknown-linux-gnu -mcpu=znver5"
+ZEN4 = "llvm -mtriple=x86_64-unknown-linux-gnu -mcpu=znver4"
+ZEN4_CPU = tl.Target.parse(ZEN4).cpu_model
 
 
 def test_a_tile_with_more_rows_4k_apart_than_the_l1_has_ways_loses_its_edge_lines():
@@ -655,7 +654,7 @@ def test_a_block_waiting_on_its_chain_overlaps_its_tiles_lost_lines(monkeypatch)
 
 def test_each_run_of_a_loop_outside_the_block_ends_in_its_exit_branch():
     """A loop outside the register block costs a mispredicted exit a run when its trip
-    count varies (LOOP_EXIT_CYCLES) and a cycle when it is short and constant (the
+    count varies (the CPU model's mispredict_cycles) and a cycle when it is short and constant (the
     predictor learns it): a row's vector loop split into runs of eight vectors costs a
     cycle a run, into runs of seven (64 vectors a row: the last run one) a misprediction
     a run. Where the count varies, the blocks are isl's
@@ -670,13 +669,13 @@ def test_each_run_of_a_loop_outside_the_block_ends_in_its_exit_branch():
             a, b = s[Y].split(jo, factor=factor)
             if unroll:
                 s[Y].unroll(b)
-        return cost.estimate(s, "llvm -mcpu=znver4").statements[0].compute_s * cost.GHZ
+        return cost.estimate(s, ZEN4).statements[0].compute_s * ZEN4_CPU.clock_hz
     plain = rows(None)               # the 64-vector loop: one mispredicted exit a row
     runs = 512 * 8
-    assert rows(8) - plain == pytest.approx(512 + runs - 512 * cost.LOOP_EXIT_CYCLES)
+    assert rows(8) - plain == pytest.approx(512 + runs - 512 * ZEN4_CPU.mispredict_cycles)
     # runs of 7, 7, ..., 7, 1: 10 runs a row, each exit mispredicted; the middle run's 7
     # vectors times 10 would be 70 a row where isl counts 64: the blocks are scaled to 64
-    exits7 = 512 * 1 + 512 * 10 * cost.LOOP_EXIT_CYCLES
+    exits7 = 512 * 1 + 512 * 10 * ZEN4_CPU.mispredict_cycles
     assert rows(7) - rows(8) == pytest.approx(64 / 70 * exits7 - (512 + runs))
     assert rows(8, unroll=True) <= rows(8)
 
@@ -868,7 +867,7 @@ def test_a_block_whose_own_loops_vary_counts_its_average_work():
     assert rep.block.startswith("13024 blocks")      # the middle block: 4 vectors
     runs = st.prefix[2].range().count_val().to_python()          # 12892 blocks
     assert st.prefix[-2].range().count_val().to_python() / runs > 5.5    # vectors a block
-    assert rep.compute_s > 1.3 * 13.0 * runs / cost.GHZ / rep.cores   # not 13 cycles a block
+    assert rep.compute_s > 1.3 * 13.0 * runs / tgt.cpu_model.clock_hz / rep.cores   # not 13 cycles a block
     assert cost.estimate(blur(6, 64, 16), tgt).seconds < cost.estimate(wide, tgt).seconds
 
 
