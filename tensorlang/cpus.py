@@ -120,6 +120,16 @@ _ENTRIES = (
              **{**_ZEN, "l1_ways": 12},
              source="Zen 5 (EPYC Turin), a 2-core VM of this project, where the cost model "
                     "was fitted: 2x512-bit FMA; one core summed an 8 MiB array at 93 GB/s"),
+    # Intel client and Xeon E5 cores with AVX2: 2x256-bit FMA
+    CPUModel("haswell", "x86_64", clock_hz=3.0e9, native_bits=256, fma_pipes=2, load_ports=2,
+             store_ports=1, l1_bytes=32 * KIB, l1_ways=8, l2_bytes=256 * KIB,
+             l3_bytes=20 * MIB, l3_bytes_per_cycle=16.0, dram_bytes_per_s=60e9,
+             dram_core_bytes_per_s=10e9, fma_latency=5,
+             source="Haswell (Xeon E5 v3): 2.5 MiB of L3 a core"),
+    CPUModel("skylake", "x86_64", clock_hz=3.6e9, native_bits=256, fma_pipes=2, load_ports=2,
+             store_ports=1, l1_bytes=32 * KIB, l1_ways=8, l2_bytes=256 * KIB,
+             l3_bytes=8 * MIB, l3_bytes_per_cycle=16.0, dram_bytes_per_s=35e9,
+             dram_core_bytes_per_s=15e9, source="Skylake client (Core i7-6700 class)"),
     # Intel Xeon Scalable: 2x512-bit FMA (Gold and Platinum parts)
     CPUModel("skylake-avx512", clock_hz=2.5e9, l1_bytes=32 * KIB, l1_ways=8, l2_bytes=1 * MIB,
              l3_bytes=32 * MIB, dram_bytes_per_s=100e9, dram_core_bytes_per_s=12e9,
@@ -161,7 +171,7 @@ _ENTRIES = (
 )
 
 # LLVM names of the same core as an entry
-_ALIASES = {"skx": "skylake-avx512", "skylake_avx512": "skylake-avx512",
+_ALIASES = {"broadwell": "haswell", "skx": "skylake-avx512", "skylake_avx512": "skylake-avx512",
             "cascadelake": "skylake-avx512", "cooperlake": "skylake-avx512",
             "icelake_server": "icelake-server", "emeraldrapids": "sapphirerapids"}
 

@@ -3,6 +3,7 @@ parsed, the host by its own CPU and caches, an unknown CPU is a clear error, and
 can be given by hand."""
 
 import dataclasses
+import os
 
 import pytest
 
@@ -49,6 +50,8 @@ def test_a_named_cpu_is_described_by_its_entry_whatever_the_host(name, host_as, 
 
 
 def test_the_host_is_its_own_cpu_with_the_caches_sys_reports():
+    if os.environ.get("TL_TEST_HOST_AS"):
+        pytest.skip("needs this machine's own CPU model (TL_TEST_HOST_AS describes another)")
     host = tl.Target.parse("llvm")
     m = host.cpu_model
     caches = T._sys_caches()
@@ -76,9 +79,9 @@ def test_generic_levels_get_a_typical_core_of_their_architecture():
 def test_an_unknown_cpu_is_a_clear_error_naming_it_and_the_way_out():
     t = tl.Target.parse("llvm -mtriple=x86_64-unknown-linux-gnu -mcpu=bdver2")
     with pytest.raises(UnknownCPUError, match=r"'bdver2'.*Known CPUs: .*znver4.*with_cpu_model"):
-        t.cpu_model
+        _ = t.cpu_model
     with pytest.raises(tl.TensorlangError, match="bdver2"):
-        t.cache_bytes
+        _ = t.cache_bytes
     # a CPU of another architecture is not taken for the entry of the same name
     with pytest.raises(UnknownCPUError):
         cpu_model("neoverse-n1", "x86_64")

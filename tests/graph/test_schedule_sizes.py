@@ -160,7 +160,6 @@ def test_executor_matmul_built_for_avx2_uses_its_tile_and_matches_numpy(shape, m
 
 
 def _small_caches(monkeypatch, last_level: int):
-    import tensorlang.target as T
 
     set_host_caches(monkeypatch, 32 << 10, min(1 << 20, last_level), last_level)
     E._KERNELS.clear()
@@ -192,7 +191,6 @@ def test_a_matmul_whose_b_overflows_half_the_l2_goes_in_blocks_of_b_panels(monke
     when A has few row tiles or when whole panels share evenly among the threads; else
     the row tiles do. (On 2 cores with a 2 MiB L2, whatever this machine has: "few" row
     tiles is fewer than 2 per core.)"""
-    import tensorlang.target as T
 
     monkeypatch.setenv("TL_NUM_THREADS", "2")
     set_host_caches(monkeypatch, 48 << 10, 2 << 20, 32 << 20)

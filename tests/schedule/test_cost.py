@@ -867,7 +867,8 @@ def test_a_block_whose_own_loops_vary_counts_its_average_work():
     assert rep.block.startswith("13024 blocks")      # the middle block: 4 vectors
     runs = st.prefix[2].range().count_val().to_python()          # 12892 blocks
     assert st.prefix[-2].range().count_val().to_python() / runs > 5.5    # vectors a block
-    assert rep.compute_s > 1.3 * 13.0 * runs / tgt.cpu_model.clock_hz / rep.cores   # not 13 cycles a block
+    # not 13 cycles a block
+    assert rep.compute_s > 1.3 * 13.0 * runs / tgt.cpu_model.clock_hz / rep.cores
     assert cost.estimate(blur(6, 64, 16), tgt).seconds < cost.estimate(wide, tgt).seconds
 
 
