@@ -11,6 +11,7 @@ import pytest
 from tensorlang import bench
 
 
+@pytest.mark.slow
 def test_bench_writes_a_table_and_a_chart(tmp_path):
     r = subprocess.run([sys.executable, "-m", "tensorlang.cli", "bench", str(tmp_path),
                         "--quick", "--kernels", "elementwise,softmax,conv2d,mlp"],

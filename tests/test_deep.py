@@ -75,10 +75,12 @@ def _run(tmp_path, name, text, expect):
     assert expect in r.stdout
 
 
+@pytest.mark.slow
 def test_ten_thousand_deep_expression_through_every_layer(tmp_path):
     _run(tmp_path, "deep_te", TE_SCRIPT, "TE OK")
 
 
+@pytest.mark.slow
 def test_ten_thousand_node_graph_through_autodiff_and_the_executor(tmp_path):
     _run(tmp_path, "deep_graph", GRAPH_SCRIPT, "GRAPH OK")
 

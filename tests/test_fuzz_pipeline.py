@@ -410,6 +410,7 @@ def check_program(p, steps, picks):
         _same(got, ref, exact, dt, _floats_in(p))
 
 
+@pytest.mark.slow
 def test_fuzz_pipeline_against_numpy_and_interpreter(request):
     n = _examples(request)
 

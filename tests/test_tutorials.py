@@ -6,9 +6,13 @@ import runpy
 import pytest
 
 TUTORIALS = sorted((pathlib.Path(__file__).parent.parent / "tutorials").glob("[0-9]*.py"))
+# the longest (15-25 s each on 2 cores) run in CI's second step, with the other slow tests
+SLOW = ("06_cuda", "09_graph_optimization", "10_auto_schedule")
 
 
-@pytest.mark.parametrize("path", TUTORIALS, ids=[p.stem for p in TUTORIALS])
+@pytest.mark.parametrize("path", [pytest.param(p, id=p.stem, marks=[pytest.mark.slow]
+                                               if p.stem in SLOW else [])
+                                  for p in TUTORIALS])
 def test_tutorial_runs(path, monkeypatch, capsys):
     monkeypatch.setenv("TL_TUTORIAL_N", "50")
     runpy.run_path(str(path), run_name="__main__")

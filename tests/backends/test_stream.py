@@ -107,6 +107,7 @@ def test_the_executor_streams_its_large_elementwise_output():
     assert ("!nontemporal" in src) == X86
 
 
+@pytest.mark.slow
 def test_a_matmul_tile_written_back_row_by_row_is_not_streamed():
     # each row of the register tile is a run of a few vectors: streamed, the lines it
     # leaves open at once made the executor's 1024^3 matmul slower (294 -> 258 GFLOPS)
@@ -142,6 +143,7 @@ def test_the_run_is_measured_through_the_loops_that_continue_it():
     assert got and set(got) == {0}                # (the split's tail: a second store)
 
 
+@pytest.mark.slow
 def test_a_kernel_with_local_buffers_stores_plainly():
     # layer norm's rows are read again through its row statistics: streamed, it was slower
     # (44-46 -> 38-40 GB/s at 4096 x 1024)

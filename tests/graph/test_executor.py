@@ -289,6 +289,7 @@ def test_reduce_schedule_is_vectorised_and_not_refused(shape, axis, op, monkeypa
     assert "was refused" not in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op", ["sum", "layer_norm"])
 def test_row_sums_keep_independent_vector_chains(op):
     """A sum along memory of at least 2 * SUM_CHAINS vectors accumulates in SUM_CHAINS
@@ -327,6 +328,7 @@ def test_layer_norm_schedules_are_not_refused(monkeypatch, capsys):
     assert "was refused" not in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape_a,shape_b,tb", [((130, 200), (200, 150), False),
                                                 ((3, 90, 90), (90, 100), False),
                                                 ((2, 80, 100), (2, 150, 100), True)])

@@ -48,6 +48,7 @@ def _both(nodes, feed):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_mlp_training_step_runs_with_gpu_schedules(simulated):
     x, y = G.Variable("x", (9, 20)), G.Variable("y", (9, 3))
     w1, w2 = G.Variable("W1", (20, 70)), G.Variable("W2", (70, 3))

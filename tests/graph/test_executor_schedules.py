@@ -175,6 +175,7 @@ def test_the_model_only_mode_keeps_a_seed_unless_a_candidate_is_predicted_margin
         assert s.trace_text() != seed.trace_text()
 
 
+@pytest.mark.slow
 @settings(max_examples=6, deadline=None, suppress_health_check=[
     HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(case=F.row_graphs(), backward=st.booleans())

@@ -5,6 +5,7 @@ gradient (a batched times a 2-D matmul) once failed with invalid LLVM IR (its re
 test is test_executor.py's test_batched_times_2d_matmul_gradient_compiles); these graphs
 cover that shape family, with sizes 1, primes and small composites."""
 
+import pytest
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -67,6 +68,7 @@ def _build(c):
     return loss, wrt, feeds
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(matmul_graphs())

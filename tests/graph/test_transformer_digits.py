@@ -11,6 +11,7 @@ import pytest
 EXAMPLE = pathlib.Path(__file__).parent.parent.parent / "examples" / "train_transformer_digits.py"
 
 
+@pytest.mark.slow
 def test_transformer_reaches_75_percent():
     pytest.importorskip("sklearn", reason="scikit-learn is in the test extra")
     train = runpy.run_path(str(EXAMPLE))["train"]

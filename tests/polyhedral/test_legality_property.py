@@ -10,6 +10,7 @@ NaN, and is legal exactly when every run equals the declared order's result.
 Examples: 1,000 in CI; `pytest ... --legality-examples=20000` runs more.
 """
 
+import pytest
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -60,6 +61,7 @@ def unchecked(state, prim, args):
     return T.tag_dim(state, args[0], LoopKind.PARALLEL)
 
 
+@pytest.mark.slow
 def test_checker_equals_brute_force(request):
     examples = request.config.getoption("--legality-examples")
     settings(max_examples=examples, deadline=None, database=None, print_blob=True,

@@ -401,6 +401,7 @@ def test_a_parallel_loop_is_never_a_batch_of_one():
     assert parallel >= 12
 
 
+@pytest.mark.slow
 def test_the_model_refines_sampled_tile_sizes():
     """`_refine` mutates the best predicted candidates on the model alone: what it adds
     is legal, predicted, and the best prediction never gets worse."""

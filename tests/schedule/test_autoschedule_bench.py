@@ -1,12 +1,14 @@
 """benchmarks/autoschedule.py runs at tiny sizes: the auto-scheduled kernels match the hand
 schedules' results, and the table is printed."""
 
+import pytest
 import pathlib
 import runpy
 
 SCRIPT = pathlib.Path(__file__).parent.parent.parent / "benchmarks" / "autoschedule.py"
 
 
+@pytest.mark.slow
 def test_autoschedule_benchmark_runs(capsys, tmp_path):
     import json
 

@@ -644,6 +644,7 @@ def test_a_local_tile_whose_rows_do_not_divide_stays_in_registers(rows, tile):
     np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.slow
 def test_register_tiles_under_fused_loops_match_numpy_at_any_sizes():
     """Property: a batched matmul's accumulator tile (cache_write, computed at the column
     tile, rows and column vectors unrolled) under a fused (batch, row-tile) loop, at sizes
@@ -714,6 +715,7 @@ def test_a_stage_at_a_strided_loop_indexes_its_buffer_by_the_loops_counter(n):
     np.testing.assert_allclose(got, b[:-2] + b[1:-1] + b[2:], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_blur_stages_at_strided_loops_match_numpy_at_any_sizes():
     """Property: the blur's first stage, rows fused with its column tiles, computed at each
     vector of the second stage's tiles (isl runs the fused loop with a stride, the buffer
