@@ -14,7 +14,9 @@ Two rewrites, both exact, applied by `lower` to programs with bound loops:
 2. **Phases of a block** (`merge_phases`). A block loop whose body is several thread loops
    in sequence (a softmax row: the row max across the threads, then the sum, then the
    outputs), or statements outside any thread loop, becomes one thread nest — the launch
-   geometry — whose threads run the phases in order with a barrier between each two.
+   geometry — whose threads run the phases in order with a barrier between each two (and
+   at the end of each iteration of a serial loop around phases: a k-loop that copies a
+   shared tile and then reads it must not copy the next tile over one still being read).
    A phase binds some of the block's thread indices; the other indices run it at 0 only,
    and statements outside every thread loop run on thread 0. Buffers allocated per block
    (outside the thread loops: a row's max computed at the block loop) become shared
@@ -237,7 +239,11 @@ def _thread_dependent(loop: For) -> set[str]:
 
 def _accumulator(loop: For) -> tuple[Buffer, tuple[Expr, ...], type] | None:
     """The element every thread of `loop` updates (its indices do not depend on the
-    thread), with the reduction's combining operation; None when there is none."""
+    thread), with the reduction's combining operation; None when there is none. A loop of
+    one thread has nothing to combine (a bound loop isl did not emit is kept as one, with
+    its value written into the indices instead of its variable)."""
+    if isinstance(loop.extent, Const) and int(loop.extent.value) == 1:
+        return None
     mine = _thread_dependent(loop)
     inner = {x.var.name for x in walk_stmt(loop.body) if isinstance(x, (For, Let))}
     # buffers allocated inside are per thread (registers) or tiles the race check covers
@@ -437,8 +443,12 @@ class _Lift:
             return Allocate(shared, self.lift(_retarget(s.body, s.buffer, shared), bound,
                                               mapping))
         if isinstance(s, For):
-            return For(s.var, s.min, s.extent, self.lift(s.body, bound, mapping), s.kind,
-                       s.thread_tag, s.max_extent)
+            body = self.lift(s.body, bound, mapping)
+            if not (isinstance(s.extent, Const) and int(s.extent.value) == 1):
+                # an iteration's phases may touch what other threads' phases touched in
+                # the one before (a shared tile copied again over the one being read)
+                body = seq([body, Barrier()])
+            return For(s.var, s.min, s.extent, body, s.kind, s.thread_tag, s.max_extent)
         if isinstance(s, If):
             return If(s.cond, self.lift(s.then_body, bound, mapping),
                       None if s.else_body is None else self.lift(s.else_body, bound,

@@ -3,7 +3,11 @@
 Every statement's time is `[stage, b0, l0, b1, l1, ...]`: `stage` orders stages, `l*` are the
 stage's loops and `b*` are constants that order statements sharing a loop prefix (a
 reduction's init gets b = 0 before the loop that first involves a reduce axis, its update
-b = 1). Constant dimensions produce no loops.
+b = 1). Constant dimensions produce no loops; nor does isl emit a loop that takes one value
+(it writes the value into the statements instead), except that a loop bound to a GPU block or
+thread index is kept as a loop of extent 1 (`_Translator.dropped_gpu_loops`): the launch
+geometry and a block's phases are read from the bound loops, so a dropped one would split
+a block's work into separate launches.
 """
 
 from __future__ import annotations
@@ -31,11 +35,14 @@ from .transform import dim_range, extent_bound
 
 @dataclass(frozen=True)
 class TimedStatement:
-    """A statement with its time map and the loops (names, tags) its time dims stand for."""
+    """A statement with its time map and the loops (names, tags) its time dims stand for;
+    `path`: the constants of its time (statements with the same constants before a loop's
+    dim share that loop)."""
 
     stmt: Statement
     time: isl.Map
     loops: tuple[Loop, ...]
+    path: tuple[int, ...] = ()
 
 
 def depends_on_reduce(state: StageState, d: int) -> bool:
@@ -115,7 +122,8 @@ def timed_statements(entries) -> list[TimedStatement]:
     for e in entries:
         path = e.padded(width)
         time = e.lmap.apply_range(_interleave(path, len(e.loops)))
-        out.append(TimedStatement(e.stmt, time, _placed_bounds(time, e.stmt, e.loops)))
+        out.append(TimedStatement(e.stmt, time, _placed_bounds(time, e.stmt, e.loops),
+                                  tuple(path)))
     return out
 
 
@@ -146,6 +154,7 @@ def _placed_bounds(time: isl.Map, stmt: Statement, loops: tuple[Loop, ...]) -> t
 
 
 # -------------------------------------------------------------------------- AST -> IR
+_GPU = (LoopKind.GPU_BLOCK, LoopKind.GPU_THREAD)
 _OPS = {
     isl.ast_expr_op_type.add: Add, isl.ast_expr_op_type.sub: Sub, isl.ast_expr_op_type.mul: Mul,
     isl.ast_expr_op_type.fdiv_q: FloorDiv, isl.ast_expr_op_type.pdiv_q: FloorDiv,
@@ -180,6 +189,11 @@ class _Translator:
         # value and its step (`node`: v = first + step * k), while its body is made
         self.strided: dict[str, tuple[Var, Expr, int]] = {}
         self.locals = list(locals_)
+        # time dims of GPU-bound loops isl did not emit, kept as loops of extent 1 around
+        # the node being translated (see `dropped_gpu_loops`), and their variables' names
+        self.gpu = any(lp.kind in _GPU for t in timed for lp in t.loops)
+        self.kept: set[int] = set()
+        self.kept_names: set[str] = set()
 
     def allocate_locals(self, k: int, body: Stmt, parallel: bool) -> Stmt:
         """A compute_at buffer lives in each iteration of its loop (time dim k), and of any
@@ -417,7 +431,7 @@ class _Translator:
         return pw_aff_expr(pa, dims, self.params, names=names_in)
 
     def unique(self, name: str) -> str:
-        used = {v.name for v in self.env.values()}
+        used = {v.name for v in self.env.values()} | self.kept_names
         if name not in used and name not in self.params:
             return name
         n = 1
@@ -425,11 +439,101 @@ class _Translator:
             n += 1
         return f"{name}_{n}"
 
+    def dropped_gpu_loops(self, n: isl.AstNode) -> list[tuple[int, Loop, tuple[int, ...]]]:
+        """The GPU-bound loops (time dim, loop, path before it) that isl did not emit (they
+        take one value there) and that belong around node `n`: every statement below `n`
+        has that loop (the same loop after the same path: not a loop of another stage that
+        has the same name), no loop above `n` or already kept stands for it, and every loop
+        isl emits below `n` is inner to it (otherwise it belongs further down)."""
+        users: list[TimedStatement] = []
+        fors: list[int] = []
+
+        def visit(x: isl.AstNode) -> bool:
+            kind = x.get_type()
+            if kind == isl.ast_node_type.user:
+                name = x.user_get_expr().get_op_arg(0).get_id().get_name()
+                users.append(self.by_name[name])
+                return False
+            if kind == isl.ast_node_type.for_:
+                fors.append(int(x.for_get_iterator().get_id().get_name()[1:]))
+            return True
+
+        n.foreach_descendant_top_down(visit)
+        if not users:
+            return []
+        inner = min(fors, default=None)
+        out = []
+        for li, lp in enumerate(users[0].loops):
+            d = 2 + 2 * li
+            if lp.kind not in _GPU or d in self.kept or f"t{d}" in self.env or \
+                    (inner is not None and d >= inner):
+                continue
+            path = users[0].path[:li + 2]
+            if all(li < len(ts.loops) and ts.loops[li] == lp and ts.path[:li + 2] == path
+                   for ts in users[1:]):
+                out.append((d, lp, path))
+        return out
+
     def node(self, n: isl.AstNode) -> Stmt:
+        """The loop IR of one AST node (see `nodes`)."""
+        return seq(self.nodes([n]))
+
+    def nodes(self, kids: list[isl.AstNode]) -> list[Stmt]:
+        """The loop IR of consecutive AST nodes, each inside the GPU-bound loops that isl
+        did not emit there (`dropped_gpu_loops`), as loops of extent 1: the block or thread
+        index is 0 in that dimension (other phases of the block may run more threads: a
+        guard keeps the others out). A loop's variable is not read: isl wrote its value into
+        the statements. Consecutive nodes share the loops they have in common: isl writes
+        a stage's statements (an init and an update, a shared tile's copy and its readers)
+        one after the other when every loop around them takes one value, and they must
+        stay one kernel, one block."""
+        out: list[Stmt] = []
+        i = 0
+        while i < len(kids):
+            lost = self.dropped_gpu_loops(kids[i]) if self.gpu else []
+            run, losts = [kids[i]], [lost]
+            for k in kids[i + 1:] if lost else ():
+                other = self.dropped_gpu_loops(k)
+                if other[:1] != lost[:1]:
+                    break
+                run.append(k)
+                losts.append(other)
+            i += len(run)
+            if not lost:
+                out.append(self.translate(run[0]))
+                continue
+            common = lost
+            for other in losts[1:]:
+                j = 0
+                while j < min(len(common), len(other)) and common[j] == other[j]:
+                    j += 1
+                common = common[:j]
+            out.append(self.kept_loops(common, run))
+        return out
+
+    def kept_loops(self, loops: list[tuple[int, Loop, tuple[int, ...]]],
+                   run: list[isl.AstNode]) -> Stmt:
+        """`run` (AST nodes) inside the dropped GPU-bound `loops`, outer first."""
+        names = [self.unique(lp.name.replace(".", "_")) for _, lp, _ in loops]
+        dims = {d for d, _, _ in loops}
+        self.kept |= dims
+        self.kept_names |= set(names)
+        try:
+            body = seq(self.nodes(run)) if len(run) > 1 else self.translate(run[0])
+        finally:
+            self.kept -= dims
+            self.kept_names -= set(names)
+        for (d, lp, _), name in reversed(list(zip(loops, names))):
+            # the buffers computed at the loop live in it, as in an emitted one
+            body = self.allocate_locals(d, body, True)
+            body = For(Var(name, int64), Const(0, int64), Const(1, int64), body, lp.kind,
+                       lp.thread_tag)
+        return body
+
+    def translate(self, n: isl.AstNode) -> Stmt:
         t = n.get_type()
         if t == isl.ast_node_type.block:
-            kids = n.block_get_children()
-            return seq(self.node(kids.get_at(i)) for i in range(kids.n_ast_node()))
+            return seq(self.nodes(_block_children(n)))
         if t == isl.ast_node_type.for_:
             it = n.for_get_iterator().get_id().get_name()
             k_dim = int(it[1:])
@@ -440,7 +544,11 @@ class _Translator:
             self.env[it] = v
             try:
                 if n.for_is_degenerate():
-                    body = self.allocate_locals(k_dim, self.node(n.for_get_body()), False)
+                    body = self.allocate_locals(k_dim, self.node(n.for_get_body()),
+                                                info.kind in _GPU)
+                    if info.kind in _GPU:     # bound: one iteration, on index 0
+                        return For(v, simplify(init), Const(1, int64), body, info.kind,
+                                   info.thread_tag)
                     return Let(v, simplify(init), body)
                 inc = n.for_get_inc()
                 if inc.get_type() != isl.ast_expr_type.int:
@@ -488,6 +596,17 @@ class _Translator:
             body = map_stmt(ts.stmt.body, lambda e: simplify(substitute(e, mapping)))
             return self.plain_local_indices(ts, body) if self.locals else body
         raise TensorlangError(f"internal: unsupported isl AST node {t}")
+
+
+def _block_children(n: isl.AstNode) -> list[isl.AstNode]:
+    """The statements of a block node in order, those of nested blocks in their place (isl
+    nests the blocks of a sequence: [[[a, b], c], d])."""
+    kids = n.block_get_children()
+    out: list[isl.AstNode] = []
+    for i in range(kids.n_ast_node()):
+        k = kids.get_at(i)
+        out.extend(_block_children(k) if k.get_type() == isl.ast_node_type.block else [k])
+    return out
 
 
 def _loop(v: Var, init: Expr, extent: Expr, body: Stmt, info: Loop,

@@ -26,8 +26,8 @@ GPU = pytest.mark.skipif(not _has_gpu(), reason="needs an NVIDIA GPU and pycuda"
 BOTH = pytest.mark.parametrize("target", ["cuda", "nvptx"])
 
 
-def vadd(factor=128):
-    n = tl.var("n")
+def vadd(factor=128, n=None):
+    n = tl.var("n") if n is None else n
     A, B = tl.placeholder((n,), name="A"), tl.placeholder((n,), name="B")
     C = tl.compute((n,), lambda i: A[i] + B[i] * 2.0, name="C")
     s = tl.create_schedule(C)
@@ -37,8 +37,13 @@ def vadd(factor=128):
     return s, [A, B, C], lambda a, b: a + b * np.float32(2.0)
 
 
-def matmul(tile=16, dtype="float32"):
-    n, m, p = tl.var("n"), tl.var("m"), tl.var("p")
+def _sizes(shape):
+    """(n, m, p): the given ints, or size variables."""
+    return shape if shape is not None else (tl.var("n"), tl.var("m"), tl.var("p"))
+
+
+def matmul(tile=16, dtype="float32", shape=None):
+    n, m, p = _sizes(shape)
     A = tl.placeholder((n, p), dtype, name="A")
     B = tl.placeholder((p, m), dtype, name="B")
     k = tl.reduce_axis((0, p), name="k")
@@ -52,10 +57,10 @@ def matmul(tile=16, dtype="float32"):
     return s, [A, B, C], lambda a, b: a @ b
 
 
-def matmul_register_tiles():
+def matmul_register_tiles(shape=None):
     """64 x 64 outputs per block, 16 x 16 threads, each thread a 4 x 4 tile accumulated in a
     local (register) buffer placed at the thread loop, with k outside the unrolled tile."""
-    n, m, p = tl.var("n"), tl.var("m"), tl.var("p")
+    n, m, p = _sizes(shape)
     A = tl.placeholder((n, p), name="A")
     B = tl.placeholder((p, m), name="B")
     k = tl.reduce_axis((0, p), name="k")
@@ -79,10 +84,10 @@ def matmul_register_tiles():
     return s, [A, B, C], lambda a, b: a @ b
 
 
-def pipeline():
+def pipeline(n=None):
     """Two stages (exp, then a row sum per thread), float16 storage, an integer floor
     division and a data-dependent gather with its run-time check."""
-    n = tl.var("n")
+    n = tl.var("n") if n is None else n
     X = tl.placeholder((n, 8), "float16", name="X")
     Idx = tl.placeholder((n,), "int32", name="I")
     E = tl.compute((n, 8), lambda i, j: tl.exp(X[i, j]), name="E")
@@ -101,9 +106,10 @@ def pipeline():
     return s, [X, Idx, S], ref
 
 
-def matmul_shared(tile=16, k_tile=16):
-    """16 x 16 threads, one output each; A's and B's k-slices of the block in shared memory."""
-    s, args, ref = matmul(tile)
+def matmul_shared(tile=16, k_tile=16, shape=None):
+    """16 x 16 threads, one output each; A's and B's k-slices of the block in shared memory,
+    copied by all the block's threads (the k loop inside the thread loops)."""
+    s, args, ref = matmul(tile, shape=shape)
     A, B, C = args
     AA = s.cache_read(A, "shared", [C])
     BB = s.cache_read(B, "shared", [C])
@@ -114,11 +120,29 @@ def matmul_shared(tile=16, k_tile=16):
     return s, args, ref
 
 
-def sgemm(block=(64, 64), thread=(4, 4), k_tile=8):
+def matmul_shared_textbook(tile=16, k_tile=16, shape=None):
+    """The textbook shared-memory matmul: per block, a loop over k-slices that copies A's
+    and B's slices to shared memory, each element by the thread of its position (the
+    copies' own loops bound to threadIdx), then accumulates over the slice."""
+    s, args, ref = matmul(tile, shape=shape)
+    A, B, C = args
+    AA = s.cache_read(A, "shared", [C])
+    BB = s.cache_read(B, "shared", [C])
+    io, jo, ii, ji = s[C].leaf_iter_vars[:4]
+    ko, ki = s[C].split(C.op.reduce_axis[0], factor=k_tile)
+    s[C].reorder(io, jo, ko, ii, ji, ki)
+    for X in (AA, BB):
+        s[X].compute_at(s[C], ko)
+        s[X].bind(s[X].op.axis[0], "threadIdx.y")
+        s[X].bind(s[X].op.axis[1], "threadIdx.x")
+    return s, args, ref
+
+
+def sgemm(block=(64, 64), thread=(4, 4), k_tile=8, shape=None):
     """The library's SGEMM schedule: shared-memory k-slices and register tiles."""
     from tensorlang.schedule import gpu
 
-    n, m, p = tl.var("n"), tl.var("m"), tl.var("p")
+    n, m, p = _sizes(shape)
     A = tl.placeholder((n, p), name="A")
     B = tl.placeholder((p, m), name="B")
     k = tl.reduce_axis((0, p), name="k")
@@ -128,9 +152,9 @@ def sgemm(block=(64, 64), thread=(4, 4), k_tile=8):
     return s, [A, B, C], lambda a, b: a @ b
 
 
-def vadd_shared():
+def vadd_shared(n=None):
     """Each thread reads only the element it copied to shared memory: the barriers can go."""
-    s, args, ref = vadd(64)
+    s, args, ref = vadd(64, n)
     A, B, C = args
     AA = s.cache_read(A, "shared", [C])
     s[AA].compute_at(s[C], s[C].leaf_iter_vars[1])
@@ -139,7 +163,8 @@ def vadd_shared():
 
 
 CASES = {"vadd": vadd, "matmul": matmul, "matmul_register_tiles": matmul_register_tiles,
-         "pipeline": pipeline, "matmul_shared": matmul_shared, "sgemm": sgemm,
+         "pipeline": pipeline, "matmul_shared": matmul_shared,
+         "matmul_shared_textbook": matmul_shared_textbook, "sgemm": sgemm,
          "vadd_shared": vadd_shared}
 
 
@@ -193,7 +218,8 @@ def test_vector_add_on_the_gpu(size, target):
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(1, 1, 1), (16, 16, 16), (37, 53, 29), (128, 96, 64),
                                    (130, 67, 200)])
-@pytest.mark.parametrize("make", [matmul, matmul_register_tiles, matmul_shared, sgemm])
+@pytest.mark.parametrize("make", [matmul, matmul_register_tiles, matmul_shared,
+                                  matmul_shared_textbook, sgemm])
 @BOTH
 def test_matmul_on_the_gpu(make, shape, target):
     n, m, p = shape
@@ -224,9 +250,9 @@ def test_shared_copy_without_barriers_on_the_gpu(size, target):
     np.testing.assert_allclose(c, ref(a, b))
 
 
-def wide_index():
+def wide_index(n=None):
     """An index whose intermediate value needs 64 bits though every buffer is small."""
-    n = tl.var("n")
+    n = tl.var("n") if n is None else n
     A = tl.placeholder((5,), name="A")
     B = tl.compute((n,), lambda i: A[(i.astype("int64") * 3000000007) % 5], name="B")
     s = tl.create_schedule(B)

@@ -17,8 +17,13 @@ from tensorlang.schedule import gpu
 from .test_cuda import BOTH, GPU
 
 
-def row_reduce(reducer="sum", threads=64):
-    n, m = tl.var("n"), tl.var("m")
+def _sizes(shape):
+    """(n, m): the given ints, or size variables."""
+    return shape if shape is not None else (tl.var("n"), tl.var("m"))
+
+
+def row_reduce(reducer="sum", threads=64, shape=None):
+    n, m = _sizes(shape)
     A = tl.placeholder((n, m), name="A")
     k = tl.reduce_axis((0, m), name="k")
     fn = {"sum": tl.sum, "max": tl.max, "min": tl.min, "prod": tl.prod}[reducer]
@@ -32,10 +37,10 @@ def row_reduce(reducer="sum", threads=64):
     return s, [A, B], lambda a: ref(a, axis=1)
 
 
-def column_sum():
+def column_sum(shape=None):
     """32 outputs per block on threadIdx.x, the reduction over 8 threads of threadIdx.y
     (one tree per column)."""
-    n, m = tl.var("n"), tl.var("m")
+    n, m = _sizes(shape)
     A = tl.placeholder((n, m), name="A")
     k = tl.reduce_axis((0, n), name="k")
     B = tl.compute((m,), lambda j: tl.sum(A[k, j], axis=k), name="B")
@@ -44,11 +49,12 @@ def column_sum():
     return s, [A, B], lambda a: a.sum(0)
 
 
-def softmax(threads=64, m=None):
+def softmax(threads=64, m=None, n=None, cache=True):
     """One kernel, a block per row: the row max and the sum across the block's threads,
     then the outputs on the same threads (three phases, barriers between). With a constant
-    row length `m` the row is copied to shared memory first (`gpu.rows`' cache)."""
-    n, m = tl.var("n"), (tl.var("m") if m is None else m)
+    row length `m` the row is copied to shared memory first (`gpu.rows`' cache, unless
+    `cache` is False)."""
+    n, m = (tl.var("n") if n is None else n), (tl.var("m") if m is None else m)
     X = tl.placeholder((n, m), name="X")
     k1 = tl.reduce_axis((0, m), name="k1")
     M = tl.compute((n,), lambda i: tl.max(X[i, k1], axis=k1), name="M")
@@ -56,7 +62,7 @@ def softmax(threads=64, m=None):
     S = tl.compute((n,), lambda i: tl.sum(tl.exp(X[i, k2] - M[i]), axis=k2), name="S")
     Y = tl.compute((n, m), lambda i, j: tl.exp(X[i, j] - M[i]) / S[i], name="Y")
     s = tl.create_schedule(Y)
-    gpu.rows(s, Y, threads)
+    gpu.rows(s, Y, threads, cache=cache)
 
     def ref(x):
         e = np.exp(x - x.max(1, keepdims=True))
