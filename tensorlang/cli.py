@@ -178,14 +178,15 @@ def main(argv: list[str] | None = None) -> int:
 def tune(script: str, log: str, budget: float, parser) -> int:
     """Run `script` with TL_TUNE_LOG and TL_TUNE_BUDGET set: its auto_schedule calls read
     and extend the log, and search for `budget` seconds each when nothing is recorded."""
+    import math
     import os
     import pathlib
     import runpy
 
     if not pathlib.Path(script).is_file():
         parser.error(f"tune: no script {script}")
-    if budget <= 0:
-        parser.error("--budget must be > 0")
+    if not (math.isfinite(budget) and budget > 0):
+        parser.error(f"--budget must be a finite positive number of seconds, got {budget:g}")
     old = {k: os.environ.get(k) for k in ("TL_TUNE_LOG", "TL_TUNE_BUDGET")}
     os.environ["TL_TUNE_LOG"], os.environ["TL_TUNE_BUDGET"] = log, str(budget)
     try:

@@ -14,6 +14,10 @@ TL_STREAM_STORES=0 stops the LLVM backend from storing large outputs non-tempora
 (`backends/llvm/stream.py`; default on, x86 only).
 TL_STRICT=1 turns a refused default schedule (the graph executor's, which then runs the
 declared loop nest, correct but up to 200x slower) into an error; the test suite sets it.
+TL_SPIN_US is how long an idle thread-pool worker (and a parallel loop waiting for its
+workers) spins before it sleeps (`spin_us`; 0: sleep at once, as OMP_WAIT_POLICY=passive).
+TL_ARRAY_CACHE_MB caps the memory of freed output arrays the graph executor keeps for reuse
+(`array_cache_bytes`; 0: no cache).
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from __future__ import annotations
 from contextvars import ContextVar
 
 import contextlib
+import math
+import numbers
 import os
 import sys
 import time
@@ -47,6 +53,44 @@ def num_threads() -> int:
         except ValueError:
             pass
     return os.cpu_count() or 1
+
+
+SPIN_US_DEFAULT = 100
+
+
+def spin_us() -> int:
+    """Microseconds an idle thread-pool worker polls for the next parallel loop before it
+    sleeps, and a parallel loop polls for its workers before it sleeps (TL_SPIN_US, default
+    SPIN_US_DEFAULT; 0 sleeps at once). Read when the pool starts. A spin that finds its
+    thread was descheduled (another process wants the core) ends early whatever this says."""
+    v = os.environ.get("TL_SPIN_US", "").strip()
+    if not v:
+        return SPIN_US_DEFAULT
+    try:
+        us = int(v)
+    except ValueError:
+        us = -1
+    if not 0 <= us <= 10_000_000:
+        raise TensorlangError(f"TL_SPIN_US must be an integer number of microseconds from 0 "
+                              f"to 10000000, got {v!r}")
+    return us
+
+
+def array_cache_bytes() -> int | None:
+    """The cap on the bytes of freed output arrays the graph executor's array cache keeps
+    for reuse: TL_ARRAY_CACHE_MB in MiB (0 turns the cache off), None when unset (the
+    cache's own default, `backends.array_cache.default_limit`). Read when the cache is
+    first used; `G.set_array_cache_limit` changes it later."""
+    v = os.environ.get("TL_ARRAY_CACHE_MB", "").strip()
+    if not v:
+        return None
+    try:
+        mb = float(v)
+    except ValueError:
+        mb = -1.0
+    if not 0 <= mb < float("inf"):
+        raise TensorlangError(f"TL_ARRAY_CACHE_MB must be a number of MiB >= 0, got {v!r}")
+    return int(mb * (1 << 20))
 
 
 def fp_contract() -> bool:
@@ -88,12 +132,31 @@ def cache_dir() -> str:
 
 
 def tune_budget(default: float) -> float:
-    """Seconds of search per operator (TL_TUNE_BUDGET, set by `tensorlang tune`)."""
+    """Seconds of search per operator: TL_TUNE_BUDGET (set by `tensorlang tune`), else
+    `default`. A value that is not a finite positive number is an error naming the
+    variable (`nan`, `inf`, `-1`, `ten`): the search would otherwise run forever, stop at
+    once or take a default the user did not ask for."""
     v = os.environ.get("TL_TUNE_BUDGET", "").strip()
-    try:
-        return float(v) if v else default
-    except ValueError:
+    if not v:
         return default
+    try:
+        seconds = float(v)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise TensorlangError(f"TL_TUNE_BUDGET must be a finite positive number of seconds, "
+                              f"got {v!r}")
+    return seconds
+
+
+def check_budget(value, what: str) -> float:
+    """`value` as seconds of search, `what` naming it in the error: a finite positive int
+    or float (numpy's too), not a bool or a string."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or \
+            not (math.isfinite(value) and value > 0):
+        raise TensorlangError(f"{what} must be a finite positive number of seconds (an int "
+                              f"or a float), got {value!r}")
+    return float(value)
 
 
 def l3_bytes_per_cycle() -> float | None:

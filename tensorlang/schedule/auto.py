@@ -14,6 +14,11 @@ host the best predicted candidates are built and measured, and the fastest wins.
 result's `auto` attribute holds every candidate with its predicted and measured times, and
 the Spearman correlation between the two.
 
+`budget_s` bounds the whole call: each build and timing starts only when it is expected
+to end within the budget, less what the end of the search needs (`_Bench`); a candidate far
+slower than the fastest so far is called once (`capped`) or, predicted so, not at all;
+the declared loop nest is not timed and is the result only when no candidate lowers.
+
 The tuning log (JSON lines, like TVM's records) keys each program by a hash of its lowered
 default loop nest and the target; `auto_schedule(..., log=path)` reuses the best record
 and appends new ones. `tensorlang tune script.py` runs a script with a default log.
@@ -28,12 +33,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..config import debug_print, tune_budget, tune_log
+from ..config import check_budget, debug_print, tune_budget, tune_log
 from ..errors import ScheduleError, TensorlangError
-from .measure import (_append_log, best_record, measure, measure_many,  # noqa: F401
-                      time_in_turn)                 # (auto.measure_many etc. are API)
-from .sample import (_channel_axis, _lowers, _outputs, _target,  # noqa: F401
-                     sample)                    # (auto.sample, auto._lowers: used outside)
+from .measure import (TIME_MIN_S, _append_log, best_record, kernel_call,  # noqa: F401
+                      measure, measure_many, time_in_turn)   # (auto.measure_many: API)
+from .sample import (_channel_axis, _lowered, _lowers, _outputs,  # noqa: F401
+                     _target, sample)       # (auto.sample, auto._lowers: used outside)
 from .schedule import Schedule, TraceEntry, create_schedule
 
 MEASURE_TOP = 8          # candidates built and timed on the host, best predicted first
@@ -60,6 +65,9 @@ class Candidate:
     # the trace replayed, kept during the search so that it is replayed (isl-checked) once
     schedule: Schedule | None = field(default=None, compare=False, repr=False)
     refined: bool = False                # made by `_refine` (the model's own local search)
+    # timing cut short after its first call or calls, each over CAP_RATIO times the
+    # fastest measured at the time (`_Bench.time`): `measured` is its fastest call
+    capped: bool = False
 
     @property
     def text(self) -> str:
@@ -146,18 +154,26 @@ def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=Non
                   measure_on_host: bool | None = None, seed: int = 0,
                   progress: bool = False, seeds=()) -> Schedule:
     """A schedule for `outputs` found by search (see the module). Sizes must be constant.
-    `measure_on_host` (default: when the target runs here) times the best predicted
-    candidates; otherwise the model alone chooses. `log` (or $TL_TUNE_LOG) is a JSON-lines
-    tuning log to reuse and extend. `seeds`: schedules of the same outputs (a hand-written
-    one, an earlier record) that join the candidates — measured first, and mutated like
-    any other when one is the fastest — so that the result is never slower than them as
-    measured (TVM's MetaSchedule and Ansor start their searches from such schedules too)."""
-    outs = _outputs(outputs)
-    tgt = _target(target)
+    `budget_s` (or $TL_TUNE_BUDGET, default 30; a finite positive number of seconds)
+    bounds the whole call: the search, builds and measurements are planned to end within
+    it (`_Bench`). What cannot be planned can overrun it: one call of a kernel far slower
+    than the model predicted, a lowering, build or replay slower than those before, and,
+    under a budget too short for any, the first sample and one that lowers (a candidate is
+    always the result when one lowers). `measure_on_host` (default: when the
+    target runs here) times the best predicted candidates; otherwise the model alone
+    chooses. `log` (or $TL_TUNE_LOG) is a JSON-lines tuning log to reuse and extend.
+    `seeds`: schedules of the same outputs (a hand-written one, an earlier record) that
+    join the candidates — measured first, and mutated like any other when one is the
+    fastest — so that the result is never slower than them as measured (TVM's
+    MetaSchedule and Ansor start their searches from such schedules too). The declared
+    loop nest is the result only when no candidate lowers."""
+    t0 = time.perf_counter()
     if budget_s is None:
         budget_s = tune_budget(30.0)
-    if budget_s <= 0:
-        raise TensorlangError(f"auto_schedule: budget_s must be > 0, got {budget_s}")
+    else:
+        budget_s = check_budget(budget_s, "auto_schedule: budget_s")
+    outs = _outputs(outputs)
+    tgt = _target(target)
     for t in outs:
         if any(not hasattr(x, "value") for x in t.shape):
             raise NotImplementedError(f"auto_schedule: {t.name} has symbolic sizes; the "
@@ -172,7 +188,7 @@ def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=Non
         return got
     result = AutoResult(key, str(tgt))
     rng = random.Random(seed)
-    t0 = time.perf_counter()
+    bench = _Bench(tgt, t0 + budget_s, budget_s)
     seen: dict[str, Candidate] = {}
     base = create_schedule(outs)
     seen[""] = Candidate([], predict(base, tgt), schedule=base)   # the declared loop nest
@@ -196,101 +212,358 @@ def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=Non
     while len(seen) < samples and time.perf_counter() - t0 < sample_budget and \
             tries < 4 * SAMPLES:
         tries += 1
-        s = sample(outs, tgt, rng)      # (whether it lowers: asked when it is measured)
-        text = s.trace_text()
-        if text not in seen:
-            seen[text] = Candidate(list(s.trace), predict(s, tgt), schedule=s)
-            debug_print(1, f"auto_schedule: candidate {len(seen)} predicted "
-                           f"{seen[text].predicted * 1e3:.3f} ms")
-    _refine(seen, outs, tgt, rng, t0 + budget_s * (0.55 if measure_on_host else 1.0),
+        _sample_into(seen, outs, tgt, rng, bench)
+    if measure_on_host:
+        _time_first(seen, seeded, bench)
+    # the model-only mode leaves time to lower its choice and replay it; the measuring
+    # mode's refinement ends where measuring begins
+    _refine(seen, outs, tgt, rng, t0 + budget_s * (0.55 if measure_on_host else 0.85),
             tries=None if measure_on_host else MODEL_REFINES)
-    if not measure_on_host and time.perf_counter() - t0 > budget_s:
+    if not measure_on_host and time.perf_counter() - t0 > 0.85 * budget_s:
         debug_print(1, f"auto_schedule: the model-only search stopped at its budget "
                        f"({budget_s:g} s) after {len(seen)} candidates")
     cands = sorted((c for c in seen.values() if c.schedule is not None),
                    key=lambda c: c.predicted)
     result.candidates = cands
     if measure_on_host:
-        # sampled and refined candidates in turn, best predicted first: the refinement
-        # follows the model where it errs too (a matmul tile of 7 rows and 32-lane
-        # vectors, predicted best, measured 2x slower), so it never takes every slot
-        rest = [c for c in cands if c.trace and all(c is not x for x in seeded)]
-        firsts = _sketch_leaders(rest)
-        rest = [c for c in rest if all(c is not x for x in firsts)]
-        pools = [[c for c in rest if not c.refined], [c for c in rest if c.refined]]
-        todo = [seen[""]] + seeded + firsts + [c for pair in zip(*pools) for c in pair] + \
-            pools[0][len(pools[1]):] + pools[1][len(pools[0]):]
-        bar = _progress(todo, progress)
-        best = None
-        for k, c in enumerate(bar):
-            if best is not None and k > len(seeded) and (
-                    time.perf_counter() - t0 > 0.7 * budget_s or
-                    k >= MEASURE_TOP and time.perf_counter() - t0 > 0.5 * budget_s):
-                break       # (the seeds are always measured)
-            if not _lowers(c.schedule):
-                c.schedule = None
-                continue
-            c.measured = measure(c.schedule, tgt)
-            debug_print(1, f"auto_schedule: predicted {c.predicted * 1e3:.3f} ms, measured "
-                           f"{c.measured * 1e3:.3f} ms\n{c.text}")
-            if best is None or c.measured < best.measured:
-                best = c
-            if hasattr(bar, "set_postfix"):
-                bar.set_postfix(best_ms=f"{best.measured * 1e3:.3f}")
-        while best is not None and time.perf_counter() - t0 < budget_s:
-            child = _mutate(best.trace, rng)              # evolve the fastest: new tile sizes
-            if child is None:
-                continue
-            text = "\n".join(str(t) for t in child)
-            if text in seen:
-                continue
-            try:                        # a primitive may refuse the new factor: never measured
-                cs = replay_trace(outs, child)
-            except (ScheduleError, TensorlangError):
-                cs = None
-            if cs is None or not _lowers(cs):
-                seen[text] = Candidate(child, float("inf"))     # not tried again
-                continue
-            c = seen[text] = Candidate(child, predict(cs, tgt), schedule=cs)
-            result.candidates.append(c)
-            c.measured = measure(cs, tgt)
-            debug_print(1, f"auto_schedule: mutant predicted {c.predicted * 1e3:.3f} ms, "
-                           f"measured {c.measured * 1e3:.3f} ms")
-            if c.measured < best.measured:
-                best = c
-        # the fastest few (and the seeds) timed again, in turn: each was timed once, at
-        # its own moment, and a moment when the machine ran fast can make a slower
-        # schedule look best
-        final = sorted((c for c in result.candidates if c.measured is not None and
-                        c.schedule is not None), key=lambda c: c.measured)[:FINALISTS]
-        final += [c for c in seeded if all(c is not x for x in final)]
-        if best is not None and len(final) > 1:
-            again = measure_many([c.schedule for c in final], tgt)
-            for c, t in zip(final, again):
-                c.measured = t
-            best = min(final, key=lambda c: c.measured)
-            debug_print(1, "auto_schedule: finalists timed again: " + ", ".join(
-                f"{c.measured * 1e3:.3f}" for c in final) + " ms")
-        result.best = best
+        _measure_search(result, seen, seeded, outs, tgt, rng, bench, progress)
     else:
-        result.best = next((c for c in cands if _lowers(c.schedule)), seen[""])
+        result.best = next((c for c in cands if c.trace and _lowers_once(c, bench)), None)
         keep = min(seeded, key=lambda c: c.predicted, default=None)
-        if keep is not None and keep is not result.best and \
+        if keep is not None and result.best is not None and keep is not result.best and \
                 result.best.predicted * MODEL_MARGIN > keep.predicted:
             debug_print(1, f"auto_schedule: the seed kept (predicted {keep.predicted * 1e3:.3f} "
                            f"ms; the best candidate {result.best.predicted * 1e3:.3f} ms, not "
                            f"{MODEL_MARGIN:g}x faster)")
             result.best = keep
+    if result.best is None:
+        result.best = _first_lowering(seen, result, outs, tgt, rng, bench)
+    if result.best is None:
+        result.best = seen[""]
+        debug_print(1, f"auto_schedule: no candidate lowers among {len(seen) - 1}; the "
+                       f"declared loop nest is the result")
     for c in result.candidates:
         c.schedule = None                   # the result keeps traces and times, not schedules
     s = replay_trace(outs, result.best.trace)
-    if log is not None:
+    if log is not None and (result.best.measured is not None or not measure_on_host):
         _append_log(log, {"key": key, "target": str(tgt), "time": result.best.measured,
                           "mode": "measured" if measure_on_host else "model",
                           "predicted": result.best.predicted,
                           "trace": [t.to_json() for t in result.best.trace]})
+    elif log is not None:
+        debug_print(1, f"auto_schedule: nothing was measured within the budget "
+                       f"({budget_s:g} s); no record written to {log}")
+    took = time.perf_counter() - t0
+    debug_print(1, f"auto_schedule: {took:.2f} s of a {budget_s:g} s budget; "
+                   f"{sum(c.measured is not None for c in result.candidates)} of "
+                   f"{len(result.candidates)} candidates measured")
     s.auto = result
     return s
+
+
+# the measurement's limits. A candidate whose calls take more than CAP_RATIO times the
+# fastest measured so far is timed by its first call or few (marked `capped`, `_Bench.time`
+# says how many): it cannot win, and timing it in full (several calls of a kernel that can
+# take seconds: the declared 1024^2 matmul nest, 3.9 s a call on a 2-core Zen 4) would
+# spend the budget on it
+CAP_RATIO = 3.0
+# a candidate predicted SKIP_RATIO times slower than the fastest measured so far (its
+# prediction scaled by the model's error on that fastest one) is not called at all
+SKIP_RATIO = 10.0
+# before anything is measured a call is expected to take this many times its prediction
+# (the model's times were 1.5-2.2x short of the declared matmul nest's, 2-core Zen 4)
+UNCALIBRATED = 3.0
+FINAL_ROUNDS = 3         # rounds of the finalists' timing in turn kept free at the end,
+MAX_FINAL_ROUNDS = 10    # ... and at most this many while the budget lasts
+END_MARGIN = 0.02        # of the budget, kept free at the end for what was not foreseen
+
+
+class _Bench:
+    """Builds and times candidates on the host within the search's deadline `end`: every
+    candidate on the same arrays (`kernel_call`), each built once (the finalists are
+    timed again without another build), a hopeless one cut short (CAP_RATIO, SKIP_RATIO),
+    and nothing started that is expected to end after `end` less what the end of the
+    search needs (`reserve`). It keeps the slowest build and replay seen, and the model's
+    error on the fastest candidate, to expect the next ones by."""
+
+    def __init__(self, tgt, end: float, budget_s: float):
+        self.tgt, self.end, self.budget_s = tgt, end, budget_s
+        self.arrays: dict = {}
+        self.calls: dict[int, object] = {}   # id(candidate) -> its built kernel (one call)
+        self.once: dict[int, float] = {}     # id(candidate) -> its fastest first call(s)
+        self.build_s = 0.0                   # the slowest build so far
+        self.replay_s = 0.0                  # the slowest sample or replay so far
+        self.best: Candidate | None = None   # the fastest measured (not capped)
+        self.lowers: set[int] = set()        # id(candidate) of those known to lower
+        self.lowered: dict[int, object] = {} # id(candidate) -> its loop nest, until built
+        self.tried: set[int] = set()         # id(candidate) of those given to `time`
+
+    def left(self) -> float:
+        return self.end - time.perf_counter()
+
+    def finalists(self, cands, seeded) -> list[Candidate]:
+        """The fastest few measured in full (and the seeds): timed again at the end."""
+        final = sorted((c for c in cands if id(c) in self.calls and not c.capped),
+                       key=lambda c: c.measured)[:FINALISTS]
+        return final + [c for c in seeded if id(c) in self.calls and not c.capped and
+                        all(c is not x for x in final)]
+
+    def final_s(self, final) -> float:
+        """Seconds of one round of the finalists' timing in turn."""
+        return sum(max(TIME_MIN_S, self.once[id(c)]) for c in final) if len(final) > 1 else 0.0
+
+    def tail(self) -> float:
+        """Seconds the search needs after its last timing: the result replayed (as
+        slowly as the slowest sample so far, which applied as many primitives and more,
+        those refused among them) and END_MARGIN."""
+        return self.replay_s + END_MARGIN * self.budget_s
+
+    def reserve(self, final) -> float:
+        """Seconds the end of the search needs after the candidates' timing: the
+        finalists timed again (`FINAL_ROUNDS` rounds) and `tail`."""
+        return FINAL_ROUNDS * self.final_s(final) + self.tail()
+
+    def expect(self, c: Candidate) -> float:
+        """Seconds one call of `c` should take: its prediction scaled by the model's error
+        on the fastest measured candidate (UNCALIBRATED before any)."""
+        b = self.best
+        if b is None or not b.predicted > 0:
+            return c.predicted * UNCALIBRATED
+        return c.predicted * b.measured / b.predicted
+
+    def time(self, c: Candidate, reserve: float, what: str = "candidate") -> bool:
+        """Build and time `c` (sets `measured`, and `capped` when it was cut short), or
+        leave it untimed (False) when it is predicted hopeless or would not end before
+        `end` less `reserve`. TL_DEBUG=1 says which.
+
+        A candidate is called until one call takes at most CAP_RATIO times the fastest
+        measured, then timed in full (`time_in_turn`); its calls up to then may take
+        `cap_s` in all, at least one: a hopeless one ends after one call, and one whose
+        first call was slowed by the shared machine (a parallel 512^2 matmul's calls
+        range 2.6-10.7 ms on a busy 2-core Zen 4) gets another."""
+        self.tried.add(id(c))
+        est = self.expect(c)
+        b = self.best
+        if b is not None and est > SKIP_RATIO * b.measured:
+            debug_print(1, f"auto_schedule: {what} not timed: predicted "
+                           f"{c.predicted * 1e3:.3f} ms (about {est * 1e3:.3f} ms here), over "
+                           f"{SKIP_RATIO:g}x the fastest measured ({b.measured * 1e3:.3f} ms)")
+            self.lowered.pop(id(c), None)
+            return False
+        left = self.left() - reserve
+        need = self.build_s + est + max(est, TIME_MIN_S)    # a build, a call and a batch
+        if need > left:
+            debug_print(1, f"auto_schedule: {what} not timed: about {need:.3f} s to build "
+                           f"and time, {max(left, 0):.3f} s of the budget left")
+            self.lowered.pop(id(c), None)
+            return False
+        t = time.perf_counter()
+        fn = kernel_call(c.schedule, self.tgt, self.arrays, self.lowered.pop(id(c), None))
+        self.build_s = max(self.build_s, time.perf_counter() - t)
+        calls, one = 0.0, float("inf")
+        cap_s = None if b is None else max(TIME_MIN_S, 2 * CAP_RATIO * b.measured)
+        while True:
+            t = time.perf_counter()
+            fn()
+            took = time.perf_counter() - t
+            calls, one = calls + took, min(one, took)
+            if cap_s is None or one <= CAP_RATIO * b.measured or calls >= cap_s or \
+                    self.left() - reserve < one:
+                break
+        self.calls[id(c)], self.once[id(c)] = fn, one
+        if b is not None and one > CAP_RATIO * b.measured:
+            c.measured, c.capped = one, True
+            debug_print(1, f"auto_schedule: {what} capped after {calls * 1e3:.3f} ms of calls: "
+                           f"{one * 1e3:.3f} ms a call, over {CAP_RATIO:g}x the fastest measured "
+                           f"({b.measured * 1e3:.3f} ms; predicted {c.predicted * 1e3:.3f} ms)"
+                           f"\n{c.text}")
+            return True
+        c.measured = time_in_turn([fn], once=[one], deadline=self.end - reserve)[0]
+        debug_print(1, f"auto_schedule: {what} predicted {c.predicted * 1e3:.3f} ms, "
+                       f"measured {c.measured * 1e3:.3f} ms\n{c.text}")
+        if b is None or c.measured < b.measured:
+            self.best = c
+        return True
+
+
+def _sample_into(seen: dict, outs, tgt, rng, bench: _Bench) -> Candidate | None:
+    """One sampled candidate added to `seen` (None when it was seen before); its time is
+    what a replay is expected to take."""
+    t = time.perf_counter()
+    s = sample(outs, tgt, rng)      # (whether it lowers: asked when it is measured)
+    bench.replay_s = max(bench.replay_s, time.perf_counter() - t)
+    text = s.trace_text()
+    if text in seen:
+        return None
+    c = seen[text] = Candidate(list(s.trace), predict(s, tgt), schedule=s)
+    debug_print(1, f"auto_schedule: candidate {len(seen)} predicted {c.predicted * 1e3:.3f} ms")
+    return c
+
+
+def _first_lowering(seen, result, outs, tgt, rng, bench: _Bench) -> Candidate | None:
+    """A candidate that lowers, when the search ended without a result (none lowered,
+    none could be timed within the budget): the best predicted of those known to lower,
+    else the first of up to 4 * SAMPLES more samples that lowers, whatever the budget —
+    the declared loop nest is the result only when no candidate lowers. TL_DEBUG=1 says
+    so."""
+    c = next((c for c in sorted(result.candidates, key=lambda c: c.predicted)
+              if c.trace and _lowers_once(c, bench)), None)
+    if c is not None:
+        debug_print(1, f"auto_schedule: no candidate was timed within the budget; the best "
+                       f"predicted one that lowers is the result ({c.predicted * 1e3:.3f} ms "
+                       f"predicted)")
+        return c
+    for _ in range(4 * SAMPLES):
+        c = _sample_into(seen, outs, tgt, rng, bench)
+        if c is not None and _lowers_once(c, bench):
+            result.candidates.append(c)
+            debug_print(1, "auto_schedule: no sampled candidate lowered within the budget; "
+                           "sampled on until one did")
+            return c
+    return None
+
+
+def _lowers_once(c: Candidate, bench: _Bench) -> bool:
+    """Whether `c` lowers, asked once: one that does not loses its schedule; the loop
+    nest of one that does is kept for its build."""
+    if id(c) in bench.lowers:
+        return True
+    lowered = None if c.schedule is None else _lowered(c.schedule, "auto")
+    if lowered is None:
+        c.schedule = None
+        return False
+    bench.lowers.add(id(c))
+    bench.lowered[id(c)] = lowered
+    return True
+
+
+def _time_first(seen: dict, seeded: list, bench: _Bench) -> None:
+    """The seeds and the best predicted sample that lowers, timed before the refinement:
+    the builds and calls that follow are then expected from ones of this program (the
+    first build of a 512^2 matmul candidate takes 0.2-0.8 s on a busy 2-core Zen 4,
+    unforeseeable before it), and a budget too short for more has a measured result."""
+    cands = list(seen.values())
+    for c in seeded:
+        if _lowers_once(c, bench):
+            bench.time(c, bench.reserve(bench.finalists(cands, seeded)), "seed")
+    rest = sorted((c for c in cands if c.trace and c.schedule is not None and
+                   all(c is not x for x in seeded)), key=lambda c: c.predicted)
+    for c in rest:
+        if _lowers_once(c, bench):
+            bench.time(c, bench.reserve(bench.finalists(cands, seeded)))
+            return
+
+
+def _measure_search(result: AutoResult, seen: dict, seeded: list, outs, tgt, rng,
+                    bench: _Bench, progress: bool) -> None:
+    """The measuring mode: the best predicted candidates timed in turn (after those of
+    `_time_first`), then mutants of the fastest until the budget is spent, then the
+    fastest few timed again; sets `result.best` (None when nothing could be timed). The
+    declared loop nest is not timed: it is the result only when no candidate lowers (the
+    caller's)."""
+    budget_s, t0 = bench.budget_s, bench.end - bench.budget_s
+    cands = result.candidates
+    # sampled and refined candidates in turn, best predicted first: the refinement
+    # follows the model where it errs too (a matmul tile of 7 rows and 32-lane
+    # vectors, predicted best, measured 2x slower), so it never takes every slot
+    rest = [c for c in cands if c.trace and all(c is not x for x in seeded)]
+    firsts = _sketch_leaders(rest)
+    rest = [c for c in rest if all(c is not x for x in firsts)]
+    pools = [[c for c in rest if not c.refined], [c for c in rest if c.refined]]
+    todo = seeded + firsts + [c for pair in zip(*pools) for c in pair] + \
+        pools[0][len(pools[1]):] + pools[1][len(pools[0]):]
+    bar = _progress(todo, progress)
+    for k, c in enumerate(bar):
+        if id(c) in bench.tried:
+            continue                                    # tried by `_time_first`
+        now = time.perf_counter() - t0
+        reserve = bench.reserve(bench.finalists(cands, seeded))
+        if bench.lowers and now > budget_s - reserve:
+            debug_print(1, f"auto_schedule: measuring stopped at the budget after {k} of "
+                           f"{len(todo)} candidates")
+            break
+        if bench.best is not None and (
+                now > 0.7 * budget_s or k >= MEASURE_TOP and now > 0.5 * budget_s):
+            break
+        if not _lowers_once(c, bench):
+            continue
+        bench.time(c, reserve)
+        if hasattr(bar, "set_postfix") and bench.best is not None:
+            bar.set_postfix(best_ms=f"{bench.best.measured * 1e3:.3f}")
+    # mutants of the fastest (new tile sizes) while a mutant's replay, lowering and
+    # timing fit in the budget. A mutant the refinement predicted but nobody timed is
+    # timed now (a long refinement has predicted most of the fastest's neighbours); after
+    # FRUITLESS draws in a row that give nothing untimed, the next candidate of `todo`
+    pending = iter(todo)
+    prep_s, fruitless = bench.replay_s, 0
+    while bench.best is not None:
+        reserve = bench.reserve(bench.finalists(cands, seeded))
+        need = prep_s + bench.build_s + 2 * max(TIME_MIN_S, bench.once[id(bench.best)])
+        if bench.left() - reserve < need:
+            debug_print(1, f"auto_schedule: mutation stopped: a mutant needs about {need:.3f} "
+                           f"s, {bench.left():.3f} s left of which {reserve:.3f} s are kept "
+                           f"for the finalists and the result's replay")
+            break
+        if fruitless >= FRUITLESS:
+            c = next((c for c in pending if id(c) not in bench.tried and
+                      _lowers_once(c, bench)), None)
+            if c is None:
+                debug_print(1, f"auto_schedule: search ended: {FRUITLESS} draws in a row "
+                               f"gave no untimed mutant, and every candidate was tried")
+                break
+            debug_print(1, f"auto_schedule: {FRUITLESS} draws in a row gave no untimed "
+                           f"mutant of the fastest; the next predicted candidate instead")
+            fruitless = 0
+            bench.time(c, reserve)
+            continue
+        t = time.perf_counter()
+        child = _mutate(bench.best.trace, rng)
+        text = None if child is None else "\n".join(str(x) for x in child)
+        old = seen.get(text)
+        if child is None or old is not None and (id(old) in bench.tried or
+                                                 old.schedule is None):
+            fruitless += 1
+            continue
+        fruitless = 0
+        if old is not None:         # predicted by the refinement, not yet timed
+            if _lowers_once(old, bench):
+                bench.time(old, reserve, "mutant")
+            continue
+        try:                        # a primitive may refuse the new factor: never measured
+            cs = replay_trace(outs, child)
+        except (ScheduleError, TensorlangError):
+            cs = None
+        c = Candidate(child, float("inf"), schedule=cs)
+        if not _lowers_once(c, bench):
+            seen[text] = c                                  # not tried again
+            continue
+        c.predicted = predict(cs, tgt)
+        seen[text] = c
+        prep_s = max(prep_s, time.perf_counter() - t)
+        cands.append(c)
+        bench.time(c, reserve, "mutant")
+    # the fastest few (and the seeds) timed again, in turn: each was timed once, at
+    # its own moment, and a moment when the machine ran fast can make a slower
+    # schedule look best
+    final = bench.finalists(cands, seeded)
+    if len(final) > 1:
+        deadline = bench.end - bench.tail()
+        if time.perf_counter() + bench.final_s(final) > deadline:
+            debug_print(1, "auto_schedule: the finalists are not timed again: no budget "
+                           "left for a round")
+        else:
+            # FINAL_ROUNDS were kept free for (`reserve`); more while the budget lasts
+            again = time_in_turn([bench.calls[id(c)] for c in final], MAX_FINAL_ROUNDS,
+                                 once=[bench.once[id(c)] for c in final], deadline=deadline)
+            for c, t in zip(final, again):
+                c.measured = t
+            debug_print(1, "auto_schedule: finalists timed again: " + ", ".join(
+                f"{c.measured * 1e3:.3f}" for c in final) + " ms")
+    if final:
+        result.best = min(final, key=lambda c: c.measured)
+
+
+FRUITLESS = 200          # mutation draws in a row that give nothing untimed: next candidate
 
 
 PLACEMENTS = ("compute_at", "compute_inline", "compute_root", "cache_write", "cache_read",

@@ -31,36 +31,66 @@ def measure_many(schedules, target="llvm", rounds: int = 3) -> list[float]:
     branches, a heat stencil's explicit-vector schedules ran 0.18 ms on a fresh mmap and
     0.034 on recycled heap pages, Zen 5; alignment and 4 KiB aliasing between arrays
     still vary with the allocation)."""
+    shared: dict[tuple, list[np.ndarray]] = {}
+    return time_in_turn([kernel_call(s, target, shared) for s in schedules], rounds)
+
+
+def kernel_call(s, target, shared: dict, lowered=None):
+    """The schedule's kernel, built, as a function of no arguments that runs it once on
+    random inputs: those of `shared` (a dict the caller keeps across schedules of one
+    program, filled here), so that every candidate runs on the same arrays. `lowered`:
+    the schedule's loop nest when the caller has lowered it already (`sample._lowered`,
+    its function named "auto"), compiled without lowering it again (isl's code
+    generation is a third of a matmul candidate's build)."""
     from ..driver import build
 
-    calls = []
-    shared: dict[tuple, list[np.ndarray]] = {}
-    for s in schedules:
-        args = [*s.placeholders, *s.outputs]
+    args = [*s.placeholders, *s.outputs]
+    if lowered is None:
         mod = build(s, args, target=target, name="auto")
-        key = tuple((tuple(int(x.value) for x in t.shape), str(t.dtype)) for t in args)
-        if key not in shared:
-            rng = np.random.default_rng(0)
-            shared[key] = [rng.standard_normal(shape).astype(dtype) for shape, dtype in key]
-        calls.append(lambda mod=mod, arrays=shared[key]: mod(*arrays))
-    return time_in_turn(calls, rounds)
+    else:
+        from ..backends.llvm import compile_kernel
+        from ..config import timed
+        from ..driver import Module
+        from ..target import Target
+
+        tgt = Target.parse(target)
+        with timed("build"):
+            kernel = compile_kernel("auto", lowered.buffers, lowered.params, lowered.body,
+                                    tgt)
+        mod = Module(lowered, kernel, tgt)
+    key = tuple((tuple(int(x.value) for x in t.shape), str(t.dtype)) for t in args)
+    if key not in shared:
+        rng = np.random.default_rng(0)
+        shared[key] = [rng.standard_normal(shape).astype(dtype) for shape, dtype in key]
+    arrays = shared[key]
+    return lambda: mod(*arrays)
 
 
-def time_in_turn(fns, rounds: int = 3, min_s: float = TIME_MIN_S) -> list[float]:
+def time_in_turn(fns, rounds: int = 3, min_s: float = TIME_MIN_S, once=None,
+                 deadline: float | None = None) -> list[float]:
     """Seconds per call of each function: the best of `rounds` batches of at least
     `min_s` each, the batches of all functions taken in turn. A shared machine that slows
     a whole process down for a second or two (by up to 2x on the VMs this is developed
     on) then slows every function's batch of that round alike, instead of one function's
-    whole measurement, so the ranking survives it."""
-    reps = []
-    for fn in fns:
-        fn()
-        t0 = time.perf_counter()
-        fn()
-        once = max(time.perf_counter() - t0, 1e-7)
-        reps.append(max(1, min(1000, int(min_s / once))))
+    whole measurement, so the ranking survives it.
+
+    `once`: seconds of one call of each function, known to the caller (which has called
+    each at least once, warming it up); without it each function is called twice first
+    to find out. `deadline` (a `time.perf_counter()` time): a round after the first is
+    started only when it is expected to end before then, so that timing keeps a budget."""
+    if once is None:
+        once = []
+        for fn in fns:
+            fn()
+            t0 = time.perf_counter()
+            fn()
+            once.append(time.perf_counter() - t0)
+    reps = [max(1, min(1000, int(min_s / max(t, 1e-7)))) for t in once]
+    per_round = sum(r * max(t, 1e-7) for r, t in zip(reps, once))
     best = [float("inf")] * len(fns)
     for r in range(rounds):
+        if r and deadline is not None and time.perf_counter() + per_round > deadline:
+            break
         for k in (range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))):
             t0 = time.perf_counter()
             for _ in range(reps[k]):

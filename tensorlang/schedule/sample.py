@@ -159,14 +159,19 @@ def sample(outputs, target, rng: random.Random) -> Schedule:
 def _lowers(s: Schedule) -> bool:
     """Whether the candidate lowers to a loop nest (a few legal combinations are not
     implemented by the code generator; they are dropped, never measured)."""
+    return _lowered(s) is not None
+
+
+def _lowered(s: Schedule, name: str = "main"):
+    """The candidate's loop nest (`lower`'s LoweredFunc, its function called `name`), or
+    None where the code generator does not implement it (TL_DEBUG=2 says why)."""
     from .lower import lower
 
     try:
-        lower(s, [*s.placeholders, *s.outputs])
-        return True
+        return lower(s, [*s.placeholders, *s.outputs], name)
     except (NotImplementedError, TensorlangError) as e:
         debug_print(2, f"auto_schedule: candidate dropped: {str(e).splitlines()[0]}")
-        return False
+        return None
 
 
 def _row_stages(s: Schedule) -> list:

@@ -21,6 +21,7 @@ from ...ir.expr import (
 )
 from ...ir.stmt import Allocate, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store
 from ...ir.visit import free_vars, map_stmt, substitute, walk
+from .alias import AliasScopes, kernel_buffers
 from .carry import carried_loads
 from .half import native_conversions
 from ...ir.unswitch import hoist_tile_guards
@@ -114,6 +115,7 @@ class FunctionCodegen(ArithCodegen):
         self.carried: dict[int, tuple] = {}  # Load id -> (first iteration?, phi) (carry.py)
         self.carry_store: Store | None = None  # the store whose value the loop carries
         self.carry_value: ir.Value | None = None  # ... and the value it stored
+        self.scopes: AliasScopes | None = None  # alias metadata per buffer (alias.py)
 
     def ty(self, d: DType) -> ir.Type:
         """The LLVM type of a value of dtype `d`: a vector inside a vectorized loop."""
@@ -162,6 +164,11 @@ class FunctionCodegen(ArithCodegen):
         return self.builder.zext(v, t) if d.is_unsigned or d.is_bool else \
             self.builder.sext(v, t)
 
+    def tag(self, inst: ir.Instruction, buf: Buffer) -> ir.Instruction:
+        """`inst`, a load, store or masked access of `buf`'s memory alone, marked as not
+        aliasing any other buffer's accesses (alias.py)."""
+        return inst if self.scopes is None else self.scopes.tag(inst, buf)
+
     def address(self, buf: Buffer, indices) -> ir.Value:
         ptr = self.ptrs.get(id(buf))
         if ptr is None:
@@ -193,7 +200,7 @@ class FunctionCodegen(ArithCodegen):
                 return self.vec.load(self, e)
             if id(e) in self.carried:
                 return self.carried_load(e)
-            v = b.load(self.address(e.buffer, e.indices))
+            v = self.tag(b.load(self.address(e.buffer, e.indices)), e.buffer)
             return b.icmp_unsigned("!=", v, ir.Constant(I8, 0)) if e.dtype.is_bool else v
         if isinstance(e, (Add, Sub, Mul, Div, FloorDiv, FloorMod, Min, Max)):
             return self.arith(e)
@@ -361,7 +368,7 @@ class FunctionCodegen(ArithCodegen):
             if self.vec is not None:
                 self.vec.store(self, s, v)
             else:
-                b.store(v, self.address(s.buffer, s.indices))
+                self.tag(b.store(v, self.address(s.buffer, s.indices)), s.buffer)
                 if self.carry_store is s:
                     self.carry_value = v
         elif isinstance(s, For):
@@ -573,7 +580,8 @@ class FunctionCodegen(ArithCodegen):
         else the stored value (`serial_loop`)."""
         first, prev = self.carried[id(e)]
         return self.branch_value(
-            first, lambda: self.builder.load(self.address(e.buffer, e.indices)),
+            first, lambda: self.tag(self.builder.load(self.address(e.buffer, e.indices)),
+                                    e.buffer),
             lambda: prev, "carry")
 
     def parallel_loop(self, s: For, lo: ir.Value) -> None:
@@ -675,6 +683,7 @@ def emit_function(module: ir.Module, name: str, buffers, params, body: Stmt,
     with `refuse`, it first returns 2 where that condition holds (sizes the kernel must not
     run with)."""
     cg = FunctionCodegen(module, name, buffers, params, threads, target)
+    cg.scopes = AliasScopes(module, name, kernel_buffers(buffers, body))
     cg.streamed = streamed_buffers(name, buffers, body, target)
     if refuse is not None:
         b = cg.builder

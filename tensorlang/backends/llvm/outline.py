@@ -65,6 +65,7 @@ def emit_parallel_loop(cg, s: For, lo: ir.Value) -> None:
     sub.padded = set(cg.padded)
     sub.row_shape = dict(cg.row_shape)
     sub.streamed, sub.streams = cg.streamed, False
+    sub.scopes = cg.scopes
     sub.carried, sub.carry_store, sub.carry_value = {}, None, None
     sub.fn, sub.ptrs, sub.env, sub.heap = fn, {}, {}, []
     sub.entry = fn.append_basic_block("entry")

@@ -136,9 +136,11 @@ def _run(st: Store, loops: list[For], lets: dict[str, Expr]) -> int:
     return run
 
 
-def stream_store(cg, v: ir.Value, ptr: ir.Value, itemsize: int) -> bool:
-    """Store the vector `v` at `ptr` non-temporally where its address allows (see the
-    module's docstring); False (nothing written) when the vector's size does not suit."""
+def stream_store(cg, v: ir.Value, ptr: ir.Value, buf) -> bool:
+    """Store the vector `v` at `ptr` (into the Buffer `buf`) non-temporally where its
+    address allows (see the module's docstring); False (nothing written) when the vector's
+    size does not suit."""
+    itemsize = buf.dtype.itemsize
     size = v.type.count * itemsize
     if size not in (16, 32, 64):
         return False
@@ -157,21 +159,21 @@ def stream_store(cg, v: ir.Value, ptr: ir.Value, itemsize: int) -> bool:
         for k in range(size // PIECE):
             part = b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), ir.Constant(
                 ir.VectorType(I32, per), list(range(k * per, (k + 1) * per))))
-            st = b.store(part, b.gep(base, [ir.Constant(I32, k)]), align=PIECE)
+            st = cg.tag(b.store(part, b.gep(base, [ir.Constant(I32, k)]), align=PIECE), buf)
             st.set_metadata("nontemporal", md)
 
     with b.if_else(aligned(size)) as (whole, other):
         with whole:
-            b.store(v, ptr, align=size).set_metadata("nontemporal", md)
+            cg.tag(b.store(v, ptr, align=size), buf).set_metadata("nontemporal", md)
         with other:
             if size == PIECE:
-                b.store(v, ptr, align=itemsize)
+                cg.tag(b.store(v, ptr, align=itemsize), buf)
             else:
                 with b.if_else(aligned(PIECE)) as (part, plain):
                     with part:
                         pieces()
                     with plain:
-                        b.store(v, ptr, align=itemsize)
+                        cg.tag(b.store(v, ptr, align=itemsize), buf)
     cg.streams = True
     return True
 

@@ -273,11 +273,12 @@ class VectorContext:
         kind, idx = self._kind(e.indices, e.buffer, cg.extents(e.buffer))
         if kind == "uniform":
             if self.mask is None:
-                v = b.load(self._scalar_address(cg, e.buffer, idx))
+                v = cg.tag(b.load(self._scalar_address(cg, e.buffer, idx)), e.buffer)
             else:  # read only when some lane is on: the address may be out of bounds
                 with b.if_else(self._any_on(cg)) as (then, other):
                     with then:
-                        got = b.load(self._scalar_address(cg, e.buffer, idx))
+                        got = cg.tag(b.load(self._scalar_address(cg, e.buffer, idx)),
+                                     e.buffer)
                         then_bb = b.block
                     with other:
                         other_bb = b.block
@@ -289,18 +290,20 @@ class VectorContext:
         elif kind == "contiguous":
             ptr = b.bitcast(self._scalar_address(cg, e.buffer, idx), vt.as_pointer())
             if self.mask is None or self._padded(cg, e.buffer, idx):
-                out = b.load(ptr, align=self.aligned.get(id(e), self._align(e.buffer).constant))
+                out = cg.tag(b.load(ptr, align=self.aligned.get(
+                    id(e), self._align(e.buffer).constant)), e.buffer)
             else:
                 f = cg._declare(f"llvm.masked.load.{type_suffix(vt)}.p0", vt,
                                 [vt.as_pointer(), I32, self.mask.type, vt])
-                out = b.call(f, [ptr, self._align(e.buffer), self.mask, ir.Constant(vt, None)])
+                out = cg.tag(b.call(f, [ptr, self._align(e.buffer), self.mask,
+                                        ir.Constant(vt, None)]), e.buffer)
         else:
             ptrs = self._addresses(cg, e.buffer, idx)
             f = cg._declare(f"llvm.masked.gather.{type_suffix(vt)}.v{self.lanes}p0", vt,
                             [ptrs.type, I32, self.mask.type if self.mask is not None
                              else self._all_on().type, vt])
-            out = b.call(f, [ptrs, self._align(e.buffer), self.mask or self._all_on(),
-                             ir.Constant(vt, None)])
+            out = cg.tag(b.call(f, [ptrs, self._align(e.buffer), self.mask or self._all_on(),
+                                    ir.Constant(vt, None)]), e.buffer)
         if e.dtype.is_bool:
             return b.icmp_unsigned("!=", out, ir.Constant(out.type, 0))
         return out
@@ -314,26 +317,27 @@ class VectorContext:
         if kind == "contiguous":
             ptr = b.bitcast(self._scalar_address(cg, s.buffer, idx), vt.as_pointer())
             if self.mask is None:
-                if id(s.buffer) in cg.streamed and \
-                        stream.stream_store(cg, v, ptr, s.buffer.dtype.itemsize):
+                if id(s.buffer) in cg.streamed and stream.stream_store(cg, v, ptr, s.buffer):
                     return
-                b.store(v, ptr, align=self.aligned.get(id(s), self._align(s.buffer).constant))
+                cg.tag(b.store(v, ptr, align=self.aligned.get(
+                    id(s), self._align(s.buffer).constant)), s.buffer)
             elif self._padded(cg, s.buffer, idx):    # a blend: every lane, the off ones
-                old = b.load(ptr, align=self._align(s.buffer).constant)   # unchanged
-                b.store(b.select(self.mask, v, old), ptr,
-                        align=self._align(s.buffer).constant)
+                old = cg.tag(b.load(ptr, align=self._align(s.buffer).constant),  # unchanged
+                             s.buffer)
+                cg.tag(b.store(b.select(self.mask, v, old), ptr,
+                               align=self._align(s.buffer).constant), s.buffer)
             else:
                 f = cg._declare(f"llvm.masked.store.{type_suffix(vt)}.p0", ir.VoidType(),
                                 [vt, vt.as_pointer(), I32, self.mask.type])
-                b.call(f, [v, ptr, self._align(s.buffer), self.mask])
+                cg.tag(b.call(f, [v, ptr, self._align(s.buffer), self.mask]), s.buffer)
             return
         if kind == "uniform" and self.mask is None:  # the last lane's value wins
             last = b.extract_element(v, ir.Constant(I32, self.lanes - 1))
-            b.store(last, self._scalar_address(cg, s.buffer, idx))
+            cg.tag(b.store(last, self._scalar_address(cg, s.buffer, idx)), s.buffer)
             return
         ptrs = self._addresses(cg, s.buffer, idx)
         mask = self.mask or self._all_on()
         # scatter writes overlapping lanes in lane order, as the loop would
         f = cg._declare(f"llvm.masked.scatter.{type_suffix(vt)}.v{self.lanes}p0",
                         ir.VoidType(), [vt, ptrs.type, I32, mask.type])
-        b.call(f, [v, ptrs, self._align(s.buffer), mask])
+        cg.tag(b.call(f, [v, ptrs, self._align(s.buffer), mask]), s.buffer)
