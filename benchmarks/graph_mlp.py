@@ -84,18 +84,25 @@ def torch_step_fn(xv, yv, w1v, w2v):
 
 def bench_system(system: str, batch: int = B):
     """(step function, check) of one system, for `tensorlang bench` (tensorlang is imported
-    only for its own system: the others may run in an interpreter without it)."""
+    only for its own systems: the others may run in an interpreter without it).
+    "tensorlang" writes the step's outputs into preallocated arrays (`run(..., out=)`),
+    "tensorlang_new" gets new ones each step (`run(feed)`)."""
     xv, yv, w1v, w2v = mlp_data(batch)
     want = numpy_step(xv, yv, w1v, w2v)
     out = {}
-    if system == "tensorlang":
+    if system in ("tensorlang", "tensorlang_new"):
         import tensorlang.graph as G
 
         nodes, feed, _ = mlp_step(batch)
         ex = G.Executor(nodes)
+        if system == "tensorlang":          # into preallocated outputs, run(..., out=)
+            out["got"] = [np.empty_like(w) for w in want]
 
-        def fn():
-            out["got"] = ex.run(feed)
+            def fn():
+                ex.run(feed, out=out["got"])
+        else:                               # new outputs each step, run(feed)
+            def fn():
+                out["got"] = ex.run(feed)
     elif system == "numpy":
         def fn():
             out["got"] = numpy_step(xv, yv, w1v, w2v)

@@ -8,7 +8,9 @@ norm over the rows of 4096 x 1024 (GB/s: a read and a write), conv2d 1x64x56x56 
 3x3 filters (GFLOPS), and one SGD step of benchmarks/graph_mlp.py's MLP (steps/s).
 
 Systems: tensorlang (the graph executor's default schedules, as a user of `G.Executor`
-meets them, writing into preallocated outputs with `run(..., out=)`), numpy, torch, TVM and
+meets them, writing into preallocated outputs with `run(..., out=)`), tensorlang_new (the
+same executor returning a new output array each call, `run(feed)`: its memory from the
+executor's array cache, as torch's from its caching allocator), numpy, torch, TVM and
 Halide. TVM and Halide run the matmul, the elementwise kernel, softmax and conv2d with the
 schedules in bench_peers.py (the structure their tutorials and apps teach: packed, register
 -blocked matmuls; rfactored row reductions computed per row; conv2d: TVM's conv2d_NCHWc
@@ -55,8 +57,10 @@ def _aligned(a: np.ndarray) -> np.ndarray:
     out[...] = a
     return out
 
-SYSTEMS = ("tensorlang", "numpy", "torch", "tvm", "halide")
+SYSTEMS = ("tensorlang", "tensorlang_new", "numpy", "torch", "tvm", "halide")
 PEERS = ("tvm", "halide")
+OURS = ("tensorlang", "tensorlang_new")      # the rest are the peers compared against
+LABELS = {"tensorlang": "tensorlang (out=)", "tensorlang_new": "tensorlang (new outputs)"}
 
 
 def _time(fn, min_calls: int = 5, min_s: float = 0.3) -> float:
@@ -83,7 +87,7 @@ class Kernel:
     name = ""
     unit = ""          # GFLOPS, GB/s or steps/s: higher is better
     bound = ""         # "flops" or "bandwidth": the peak it is a fraction of
-    systems = ("tensorlang", "numpy", "torch")     # the systems it has a version for
+    systems = ("tensorlang", "tensorlang_new", "numpy", "torch")   # those it has a version for
 
     def amount(self, quick: bool) -> float:
         """FLOPs, bytes or steps per call."""
@@ -119,15 +123,16 @@ class Matmul(Kernel):
         a = _aligned(rng.standard_normal((m, k)).astype("float32"))
         b = _aligned(rng.standard_normal((k, n)).astype("float32"))
         c = _aligned(np.zeros((m, n), "float32"))
+        out = {"c": c}
 
         def check():
-            np.testing.assert_allclose(c, a @ b, rtol=1e-3, atol=1e-3 * np.sqrt(k))
-        if system == "tensorlang":
+            np.testing.assert_allclose(out["c"], a @ b, rtol=1e-3, atol=1e-3 * np.sqrt(k))
+        if system in OURS:
             import tensorlang.graph as G
 
             x, y = G.Variable("a", (m, k), "float32"), G.Variable("b", (k, n), "float32")
             ex = G.Executor([x @ y])
-            return (lambda: ex.run({x: a, y: b}, out=[c])), check   # as numpy's out=
+            return _ours(system, ex, {x: a, y: b}, out, "c"), check
         if system == "numpy":
             return (lambda: np.matmul(a, b, out=c)), check
         if system == "torch":
@@ -163,14 +168,12 @@ class Elementwise(Kernel):
 
         def check():
             np.testing.assert_allclose(out["e"], D + (A + B) * C, rtol=1e-6)
-        if system == "tensorlang":
+        if system in OURS:
             import tensorlang.graph as G
 
             vs = [G.Variable(s, (n,), "float32") for s in "ABCD"]
             ex = G.Executor([vs[3] + (vs[0] + vs[1]) * vs[2]])
-            feed = dict(zip(vs, (A, B, C, D)))
-
-            return (lambda: ex.run(feed, out=[E])), check        # as numpy's out=
+            return _ours(system, ex, dict(zip(vs, (A, B, C, D))), out, "e"), check
         if system == "numpy":
             def fn():
                 np.add(A, B, out=E)
@@ -228,14 +231,14 @@ class Rows(Kernel):
         def check():
             np.testing.assert_allclose(out["y"], self.reference(x.astype("f8")),
                                        rtol=1e-4, atol=1e-5)
-        if system == "tensorlang":
+        if system in OURS:
             import tensorlang.graph as G
 
             v = G.Variable("x", (r, c), "float32")
             ex = G.Executor([G.softmax(v, axis=-1) if self.op == "softmax"
                              else G.layer_norm(v)])
             out["y"] = _aligned(np.empty_like(x))
-            return (lambda: ex.run({v: x}, out=[out["y"]])), check   # as TVM's, Halide's
+            return _ours(system, ex, {v: x}, out, "y"), check
         if system == "numpy":
             def fn():
                 out["y"] = self.reference(x)
@@ -285,13 +288,13 @@ class Conv2d(Kernel):
             win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))
             want = np.einsum("ncijpq,ocpq->noij", win, w.astype("f8"))
             np.testing.assert_allclose(out["y"], want, rtol=1e-3, atol=1e-3)
-        if system == "tensorlang":
+        if system in OURS:
             import tensorlang.graph as G
 
             vx, vw = G.Variable("x", x.shape, "float32"), G.Variable("w", w.shape, "float32")
             ex = G.Executor([G.conv2d(vx, vw, padding=1)])
             out["y"] = _aligned(np.empty((n, k, h, h), np.float32))
-            return (lambda: ex.run({vx: x, vw: w}, out=[out["y"]])), check
+            return _ours(system, ex, {vx: x, vw: w}, out, "y"), check
         if system == "numpy":
             wm = w.reshape(k, -1)
 
@@ -348,6 +351,20 @@ KERNELS = {k.name: k for k in (
 SHORT = {"matmul": [k.name for k in MATMULS], "elementwise": ["E = D + (A+B)*C"],
          "softmax": ["softmax rows"], "layer_norm": ["layer norm rows"],
          "conv2d": ["conv2d 3x3"], "mlp": ["MLP SGD step"]}
+
+
+def _ours(system: str, ex, feed: dict, out: dict, key: str):
+    """The call that times tensorlang's executor: into the preallocated `out[key]` with
+    `run(..., out=)` (as numpy's out=, TVM's and Halide's outputs), or (tensorlang_new)
+    `run(feed)` returning a new array each call, kept in `out[key]` for the check (the
+    previous call's array is let go of there, as a loop of calls does)."""
+    if system == "tensorlang":
+        given = [out[key]]
+        return lambda: ex.run(feed, out=given)
+
+    def fresh():
+        out[key] = ex.run(feed)[0]
+    return fresh
 
 
 # -------------------------------------------------------------------------- the peers
@@ -566,16 +583,19 @@ def _table(names, quick, results, notes, flops, bw, bits) -> str:
              f"peak {flops / 1e9:.0f} GFLOPS, stream bandwidth {bw / 1e9:.1f} GB/s "
              "(the best of numpy copies and adds in every core).", "",
              "Best of the rounds (the VM slows whole processes at times); every system in its "
-             "own process, taken in turn; higher is better. Ratio: tensorlang / the best of "
+             "own process, taken in turn; higher is better. tensorlang (out=) writes into "
+             "preallocated outputs, tensorlang (new outputs) returns a new array each call "
+             "(`run(feed)`, its memory from the executor's array cache). Ratio: tensorlang "
+             "(out=), and (new outputs), / the best of "
              "the other systems measured. Paired: the median over the rounds of that ratio "
              "within each round (the systems of a round run minutes apart at most, so a "
              "slow or fast phase of the machine — its DRAM bandwidth moved between ~45 and "
              "~88 GB/s within minutes on a Zen 5 VM — counts for all of them alike, where "
              "the best rounds may come from different phases).", "",
-             "| kernel | size | unit | " + " | ".join(SYSTEMS) +
-             " | tensorlang / best other | paired, median of the rounds "
-             "| tensorlang, fraction of peak |",
-             "|" + "---|" * (len(SYSTEMS) + 6)]
+             "| kernel | size | unit | " + " | ".join(LABELS.get(s, s) for s in SYSTEMS) +
+             " | tensorlang / best other | new outputs / best other "
+             "| paired, median of the rounds | tensorlang, fraction of peak |",
+             "|" + "---|" * (len(SYSTEMS) + 7)]
     foot = []
     for n in names:
         k = KERNELS[n]
@@ -589,25 +609,25 @@ def _table(names, quick, results, notes, flops, bw, bits) -> str:
                 cells.append("—" if note.startswith(("not installed", "no ")) else "error")
                 if note and not note.startswith(("not installed", "no ")):
                     foot.append(f"- {n}, {s}: {note}")
-        others = [v for s, v in med.items() if s != "tensorlang"]
-        ratio = f"{med['tensorlang'] / max(others):.2f}" if others and "tensorlang" in med \
-            else "—"
+        others = [v for s, v in med.items() if s not in OURS]
+        ratio, ratio_new = (f"{med[s] / max(others):.2f}" if others and s in med else "—"
+                            for s in OURS)
         paired = _paired(results, n)
         peak = {"flops": flops / 1e9, "bandwidth": bw / 1e9}.get(k.bound)
         frac = f"{med['tensorlang'] / peak:.2f}" if peak and "tensorlang" in med else "—"
         lines.append(f"| {n} | {k.size(quick)} | {k.unit} | " + " | ".join(cells) +
-                     f" | {ratio} | {paired} | {frac} |")
+                     f" | {ratio} | {ratio_new} | {paired} | {frac} |")
     if foot:
         lines += ["", "Notes:"] + sorted(set(foot))
     return "\n".join(lines) + "\n"
 
 
 def _paired(results, n) -> str:
-    """The median over the rounds of tensorlang / the best other system in that round;
-    "—" unless every system measured has a value in every round (an error in one round
-    would pair values of different rounds)."""
+    """The median over the rounds of tensorlang (out=) / the best other system (not
+    tensorlang) in that round; "—" unless every system measured has a value in every
+    round (an error in one round would pair values of different rounds)."""
     mine = results.get((n, "tensorlang"))
-    others = [v for (kn, s), v in results.items() if kn == n and s != "tensorlang"]
+    others = [v for (kn, s), v in results.items() if kn == n and s not in OURS]
     if not mine or not others or any(len(v) != len(mine) for v in others):
         return "—"
     ratios = sorted(mine[r] / max(v[r] for v in others) for r in range(len(mine)))
@@ -632,7 +652,7 @@ def _chart(names, quick, results, flops, bw, path) -> None:
                 xs.append(i + (j - len(SYSTEMS) / 2) * width + width / 2)
                 ys.append(max(results[(n, s)]) / peak)
         if xs:
-            ax.bar(xs, ys, width, label=s)
+            ax.bar(xs, ys, width, label=LABELS.get(s, s))
     ax.set_xticks(range(len(names)))
     ax.set_xticklabels([n for n in names], rotation=15, fontsize=8)
     ax.set_ylabel("fraction of the machine's peak (FMA or stream bandwidth)")

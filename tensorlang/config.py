@@ -15,7 +15,8 @@ TL_STREAM_STORES=0 stops the LLVM backend from storing large outputs non-tempora
 TL_STRICT=1 turns a refused default schedule (the graph executor's, which then runs the
 declared loop nest, correct but up to 200x slower) into an error; the test suite sets it.
 TL_SPIN_US is how long an idle thread-pool worker (and a parallel loop waiting for its
-workers) spins before it sleeps (`spin_us`; 0: sleep at once, as OMP_WAIT_POLICY=passive).
+workers) spins before it sleeps (`spin_us`; 0: sleep after one short poll, as
+OMP_WAIT_POLICY=passive).
 TL_ARRAY_CACHE_MB caps the memory of freed output arrays the graph executor keeps for reuse
 (`array_cache_bytes`; 0: no cache).
 """
@@ -61,8 +62,9 @@ SPIN_US_DEFAULT = 100
 def spin_us() -> int:
     """Microseconds an idle thread-pool worker polls for the next parallel loop before it
     sleeps, and a parallel loop polls for its workers before it sleeps (TL_SPIN_US, default
-    SPIN_US_DEFAULT; 0 sleeps at once). Read when the pool starts. A spin that finds its
-    thread was descheduled (another process wants the core) ends early whatever this says."""
+    SPIN_US_DEFAULT; 0 sleeps after one short poll of 64 pauses). Read when the pool
+    starts. A spin that finds its thread was descheduled (another process wants the core)
+    ends early whatever this says (`backends/llvm/pool.py`)."""
     v = os.environ.get("TL_SPIN_US", "").strip()
     if not v:
         return SPIN_US_DEFAULT

@@ -15,6 +15,10 @@ from .api import (  # noqa: F401
     slice, sum, tanh, transpose, zeros_like,
 )
 from .autodiff import gradients, jvp  # noqa: F401
+from ..backends.array_cache import (  # noqa: F401
+    empty_cache as empty_array_cache, info as array_cache_info,
+    set_limit as set_array_cache_limit,
+)
 from .executor import Executor  # noqa: F401
 from .node import Graph, GraphError, Node, topological_order  # noqa: F401
 from .ops import OPS  # noqa: F401

@@ -5,7 +5,10 @@ every node, nodes fused into groups (elementwise chains, and a matmul with its e
 epilogue), one compiled kernel per group (shared between groups and executors with the same
 structure, attributes, shapes and dtypes), and buffers assigned so that an intermediate's
 memory is reused once its last user has run. A run then only calls kernels, on the fed
-arrays in place and on fresh output arrays. A plan is not for two threads at once.
+arrays in place and on fresh output arrays, which come from the array cache
+(`backends/array_cache.py`: the memory of outputs the caller has let go of, pages already
+mapped) unless `run(..., out=)` names arrays to write into. A plan is not for two threads
+at once.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from ..errors import ScheduleError
 from ..config import cache_dir, debug_print, strict, tune_budget, tune_log
 from ..schedule import auto
 from .cpu_schedules import conv_block, default_schedule, register_tile  # noqa: F401 (API)
+from ..backends import array_cache
 from ..backends.runtime import aligned_empty
 from .nnops import conv2d_blocked_te
 from .fusion import ANCHORS, fuse, inline_members, reads_tensor
@@ -383,6 +387,9 @@ class _Plan:
         self.last_ptr: dict[int, tuple[weakref.ref, int]] = {}
 
     def address(self, slot: int, a: np.ndarray) -> int:
+        ptr = array_cache.data_address(a)       # a fresh output: its block's address
+        if ptr is not None:
+            return ptr
         got = self.last_ptr.get(slot)
         if got is not None and got[0]() is a:
             return got[1]
@@ -517,7 +524,12 @@ class Executor:
         """The outputs' values for the fed Variables. Each is a fresh array, or, with `out`
         (a list like the outputs, None where a fresh array will do), written into the
         array given there — C-contiguous, of the output's shape and dtype, sharing no
-        memory with a fed array — as numpy's `out=` does (no allocation per run)."""
+        memory with a fed array — as numpy's `out=` does (no allocation per run).
+
+        A fresh array is the caller's own (no later run writes it) and comes from the
+        array cache: memory of earlier outputs whose arrays, and every view of them, are
+        gone, so a loop of runs does not fault in new pages (`G.array_cache_info`,
+        `G.empty_array_cache`, TL_ARRAY_CACHE_MB)."""
         feeds = self._feeds(feed_dict)
         sig = tuple((v.id, feeds[v.id].shape, feeds[v.id].dtype.str) for v in self.variables)
         plan = self._plans.get(sig)
@@ -536,7 +548,7 @@ class Executor:
             if a is not None and o.op not in ("variable", "constant"):
                 mine.setdefault(plan.slot_of[o.id], a)
         for slot, shape, dtype in plan.fresh:
-            arrays[slot] = mine[slot] if slot in mine else aligned_empty(shape, dtype)
+            arrays[slot] = mine[slot] if slot in mine else array_cache.empty(shape, dtype)
         steps = plan.steps
         for k, j, slot in plan.patches:
             steps[k].pointers[j] = plan.address(slot, arrays[slot])

@@ -2,8 +2,10 @@
 
 `emit_parallel_loop` turns `for i in range(lo, lo + n): body  # parallel` into
 `i32 fn(i64 task, closure*)`, task t of T running iterations [lo + t*n/T, lo + (t+1)*n/T)
-(one contiguous chunk per thread), and a call of the runtime's launcher with a closure
-that holds the bounds and every value and buffer the body uses.
+(T = min(n, TASKS_PER_THREAD x the pool's threads): a few contiguous chunks per thread,
+which the pool's threads take in turn), and a call of the runtime's launcher with a
+closure that holds the bounds and every value and buffer the body uses. An object file's
+runtime starts a thread per task, so there T = min(n, its threads).
 """
 
 from __future__ import annotations
@@ -15,12 +17,19 @@ from ...ir.stmt import Buffer, For, Store
 from ...ir.visit import stmt_exprs, walk, walk_stmt
 from .codegen import AOT_THREADS, I32, I64
 
+# Tasks of a parallel loop on the JIT's pool per thread. The pool's threads take tasks from
+# a counter, so a thread that runs slower (its core shared with another process, or a
+# worker woken late) takes fewer; the launching thread waits only for the task a worker
+# holds, a quarter of a thread's share instead of all of it.
+TASKS_PER_THREAD = 4
+
 
 def emit_parallel_loop(cg, s: For, lo: ir.Value) -> None:
     """Outline the loop into `i32 fn(i64 task, closure*)` and run it on the thread pool.
 
-    Task t of T runs iterations [lo + t*n/T, lo + (t+1)*n/T): one contiguous chunk per
-    thread. The closure holds the bounds and every value and buffer the body uses.
+    Task t of T runs iterations [lo + t*n/T, lo + (t+1)*n/T): TASKS_PER_THREAD contiguous
+    chunks per thread of the pool (one per thread of an object file's runtime). The
+    closure holds the bounds and every value and buffer the body uses.
     """
     b = cg.builder
     ext = cg.to_i64(cg.expr(s.extent), s.extent.dtype)
@@ -45,10 +54,10 @@ def emit_parallel_loop(cg, s: For, lo: ir.Value) -> None:
     st_t = ir.LiteralStructType(fields)
     with b.goto_block(cg.entry):
         clo = b.alloca(st_t, name="closure")
-    if cg.threads == AOT_THREADS:  # an object file: its runtime says how many
+    if cg.threads == AOT_THREADS:  # an object file: its runtime starts a thread per task
         nthreads = b.call(cg._declare("tl_aot_threads", I64, []), [])
     else:
-        nthreads = ir.Constant(I64, cg.threads)
+        nthreads = ir.Constant(I64, cg.threads * TASKS_PER_THREAD)
     ntasks = b.select(b.icmp_signed("<", ext, nthreads), ext, nthreads)
     values = [lo, ext, ntasks] + [cg.env[n] for n in names] + \
         [cg.ptrs[id(x)] for x in bufs]
