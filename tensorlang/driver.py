@@ -71,8 +71,9 @@ class Module:
         if last is None or len(arrays) != len(last[0]):
             return None
         for a, ref, sig in zip(arrays, last[0], last[1]):
-            if ref() is not a or a.shape != sig[0] or a.strides != sig[1] or \
-                    a.dtype != sig[2] or a.flags.writeable != sig[3]:
+            # a dead reference is None, and so may be the argument: not the same array
+            if type(a) is not np.ndarray or ref() is not a or a.shape != sig[0] or \
+                    a.strides != sig[1] or a.dtype != sig[2] or a.flags.writeable != sig[3]:
                 return None
         return last[2]
 
@@ -272,12 +273,20 @@ def _build_nvptx(s: Schedule, args, target: str, name: str, checks: bool) -> Mod
             raise TensorlangError(f"build: the nvptx target takes -mcpu=sm_XX only, got "
                                   f"{opt!r}")
         arch = opt.split("=", 1)[1]
-    if not name.isidentifier():
-        raise TensorlangError(f"build: name must be a C identifier, got {name!r}")
+    _check_name(name)
     with timed("build"):
         lowered = lower(s, args, name, checks=checks)
         kernel = NvptxKernel(name, lowered.buffers, lowered.params, lowered.body, arch)
     return CudaModule(lowered, kernel)
+
+
+def _check_name(name) -> None:
+    """The kernel's name is its symbol in the object file and the C header: an ASCII C
+    identifier. Other names are refused, not mangled, so that the symbol a C caller links
+    against is the name it gave."""
+    if not isinstance(name, str) or not name.isascii() or not name.isidentifier():
+        raise TensorlangError(f"build: name must be a C identifier of ASCII letters, digits "
+                              f"and _ (not starting with a digit), got {name!r}")
 
 
 @deep
@@ -316,8 +325,7 @@ def build(s: Schedule, args, target="llvm", name: str = "main", checks: bool = T
     elif not isinstance(target, Target):
         raise TensorlangError(f"build: target must be a tl.Target or a string such as 'llvm' "
                               f"or 'aarch64', got {target!r}")
-    if not isinstance(name, str) or not name.isidentifier():
-        raise TensorlangError(f"build: name must be a C identifier, got {name!r}")
+    _check_name(name)
     if name in _LIBC or name.startswith(("llvm", "tl_aot_", "tl_parallel")):
         raise TensorlangError(f"build: name {name!r} is a function the generated code may call "
                               "(C library or tensorlang runtime); choose another name")

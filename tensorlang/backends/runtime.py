@@ -71,6 +71,20 @@ def size_value(e: Expr, env: dict[str, int]) -> int | None:
     return int(v.value) if isinstance(v, Const) else None
 
 
+def scalar_value(i: int, sv: Var, v) -> int:
+    """The value of a tl.var argument: an int (Python's or numpy's; not a bool, not a
+    float even if integral: a var is an integer and nothing is rounded) inside the range
+    of the var's dtype, as the kernel receives it (ctypes would wrap 2**70 to 0 silently)."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise TensorlangError(f"argument {i} ({sv.name}): expected an int (a tl.var of "
+                              f"dtype {sv.dtype}), got {v!r}")
+    lo, hi = sv.dtype.min_value(), sv.dtype.max_value()
+    if not lo <= int(v) <= hi:
+        raise TensorlangError(f"argument {i} ({sv.name}): {int(v)} is outside the range of "
+                              f"its dtype {sv.dtype}, [{lo}, {hi}]")
+    return int(v)
+
+
 def bind_arguments(buffers: list[Buffer], scalars: list[Var | None], params: list[Var],
                    written: set[int], values: tuple) -> tuple[list[int], list[int], dict]:
     """Check the call's values against the signature; return pointers and parameter values.
@@ -85,9 +99,7 @@ def bind_arguments(buffers: list[Buffer], scalars: list[Var | None], params: lis
     arrays: list[np.ndarray | None] = []
     for i, (buf, sv, v) in enumerate(zip(buffers, scalars, values)):
         if sv is not None:
-            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-                raise TensorlangError(f"argument {i} ({sv.name}): expected an int, got {v!r}")
-            env[sv.name] = int(v)
+            env[sv.name] = scalar_value(i, sv, v)
             arrays.append(None)
             continue
         name = buf.name

@@ -104,6 +104,8 @@ def div(a, b):
 
 
 def power(a, b):
+    """a ** b. For integer operands the result is float64, numpy's float_power (numpy's
+    integer power wraps on overflow and refuses negative exponents)."""
     return make("power", (a, b))
 
 
@@ -154,6 +156,7 @@ def sum(x, axis=None, keepdims: bool = False):  # noqa: A001
 
 
 def mean(x, axis=None, keepdims: bool = False):
+    """The mean; over no elements (an axis of extent 0) it is NaN, as numpy's."""
     return make("mean", (x,), axis=_axis(axis), keepdims=bool(keepdims))
 
 
@@ -175,11 +178,24 @@ def broadcast_to(x, shape):
     return make("broadcast_to", (x,), shape=tuple(int(s) for s in shape))
 
 
+CONCAT_FANIN = 32      # inputs of one concat node; more become a tree of concats
+
+
 def concat(xs, axis: int = 0):
+    """numpy's concatenate. More than CONCAT_FANIN inputs become a tree of concat nodes,
+    each a kernel of at most CONCAT_FANIN inputs (one kernel's arguments are bounded, and
+    its element expression selects among its inputs: its size grows with their number)."""
     xs = list(xs)
     if not xs:
         raise GraphError("concat: expected at least one node")
-    return make("concat", tuple(xs), axis=int(axis))
+    axis = int(axis)
+    first = next((x for x in xs if isinstance(x, Node)), None)
+    xs = [_as_node(x, first) for x in xs]
+    while len(xs) > CONCAT_FANIN:
+        xs = [xs[k] if k + 1 == len(xs) else make("concat", tuple(xs[k:k + CONCAT_FANIN]),
+                                                   axis=axis)
+              for k in range(0, len(xs), CONCAT_FANIN)]
+    return make("concat", tuple(xs), axis=axis)
 
 
 def slice(x, axis: int, start: int, stop: int):  # noqa: A001

@@ -15,9 +15,10 @@ plan (`ex.kernels` shows the groups it made):
   their readers when every reader is in it. Softmax written out, layer norm, and a
   reduction's epilogue become one kernel computed row by row (`cpu_schedules`, kind
   "rows"), each row read from memory once.
-- Epilogues: a matmul or conv2d heads the group of its only elementwise reader (one per
-  group, none in a row group); its output tile goes through the epilogue (bias, relu,
-  a folded batch norm) to memory once.
+- Epilogues: a matmul or conv2d heads the group of its only elementwise reader when that
+  group's output is elementwise of the matmul's shape (one per group, none in a row group
+  or a reduction's group); its output tile goes through the epilogue (bias, relu, a folded
+  batch norm) to memory once.
 
 A node that an output is, or that a node outside the group reads, never joins (one value
 leaves a kernel). A group reads at most MAX_INPUTS arrays.
@@ -80,7 +81,12 @@ def fuse(order: list[Node], shapes: dict, dtypes: dict, outputs: list[Node],
         if kinds.get(n.id) in ANCHORS and _joins(n, rs, kinds, shapes, g.keep):
             r = g.root[rs[0].id]
             grown = (g.inputs[r] - {n.id}) | g.inputs[n.id]
-            if r not in anchored and not g.rowwise(r) and len(grown) <= MAX_INPUTS:
+            # an epilogue is elementwise of the anchor's shape (the blocked schedule tiles
+            # the group's output as the matmul's); a reduction's group that the reader
+            # joined as its producer (sum(relu(x @ w), axis=1)) takes no anchor
+            epilogue = kinds[r] == "elementwise" and shapes[r] == shapes[n.id]
+            if r not in anchored and epilogue and not g.rowwise(r) and \
+                    len(grown) <= MAX_INPUTS:
                 anchored.add(r)
                 del g.inputs[n.id]
                 g.root[n.id], g.inputs[r] = r, grown

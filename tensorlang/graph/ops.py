@@ -100,7 +100,24 @@ _binary("div", np.divide, lambda a, b: a / b,
         lambda g, n: _unbroadcast([g / n.inputs[1], -g * n / n.inputs[1]], n),
         lambda n, t: _fit(_add_t(None if t[0] is None else t[0] / n.inputs[1],
                                  None if t[1] is None else -t[1] * n / n.inputs[1]), n))
-_binary("power", np.power, lambda a, b: tl.pow(a, b),
+
+
+def _power_ref(a, b):
+    """numpy's power, but floating point for integer operands (api.FLOAT_RESULT): numpy's
+    integer power wraps on overflow and refuses negative exponents, while the kernel's is
+    pow() in float64 (exact where the result is below 2**53)."""
+    if np.result_type(a, b).kind in "iub":
+        return np.float_power(a, b)
+    return np.power(a, b)
+
+
+def _power_te(a, b):
+    if not (a.dtype.is_float or b.dtype.is_float):
+        a, b = a.astype("float64"), b.astype("float64")
+    return tl.pow(a, b)
+
+
+_binary("power", _power_ref, _power_te,
         lambda g, n: _unbroadcast([g * n.inputs[1] * n.inputs[0] ** (n.inputs[1] - 1.0),
                                    g * n * _g().log(n.inputs[0])], n),
         lambda n, t: _fit(_add_t(
@@ -169,7 +186,9 @@ def _reduce_te(reducer, mean=False):
         r = tl.compute(out, body, name="red")
         if mean:
             count = int(np.prod([shp[a] for a in ax]))
-            r = tl.compute(out, lambda *i: r[i] * (1.0 / count), name="out")
+            # the mean of no elements is 0/0, NaN, as numpy's (which also warns)
+            scale = 1.0 / count if count else float("nan")
+            r = tl.compute(out, lambda *i: r[i] * scale, name="out")
         return r, "reduce"
     return te
 
@@ -215,7 +234,9 @@ def _unreduce_ref(g, x, axis, keepdims, mean):
 def _unreduce_te(ts, shapes, out, axis, keepdims, mean):
     g, xs = ts[0], shapes[1]
     ax = S.axes(axis, len(xs))
-    scale = 1.0 / int(np.prod([xs[a] for a in ax])) if mean else 1.0
+    count = int(np.prod([xs[a] for a in ax]))
+    # no element of x when count is 0: the scale is never used
+    scale = (1.0 / count if count else 0.0) if mean else 1.0
 
     def body(*i):
         idx = [0 if d in ax else i[d] for d in range(len(xs))] if keepdims else \
@@ -342,11 +363,17 @@ def _concat_te(ts, shapes, out, axis):
     offs = np.cumsum([0] + [s[ax] for s in shapes]).tolist()
 
     def body(*i):
-        def part(k):
-            idx = tuple(i[d] - offs[k] if d == ax else i[d] for d in range(len(out)))
-            v = ts[k][idx]
-            return v if k == len(ts) - 1 else tl.if_then_else(i[ax] < offs[k + 1], v, part(k + 1))
-        return part(0)
+        def parts(lo, hi):
+            # inputs lo .. hi - 1 as a balanced tree of selects split at a middle offset: its
+            # depth, and the number of guards on each read, grow as log2 of the number of
+            # inputs (a chain would nest one select per input, too deep for the recursive
+            # IR visitors at a few hundred, and guard each read by every earlier offset)
+            if hi - lo == 1:
+                return ts[lo][tuple(i[d] - offs[lo] if d == ax else i[d]
+                                    for d in range(len(out)))]
+            mid = (lo + hi) // 2
+            return tl.if_then_else(i[ax] < offs[mid], parts(lo, mid), parts(mid, hi))
+        return parts(0, len(ts))
     return tl.compute(out, body, name="out"), "elementwise"
 
 
@@ -405,18 +432,45 @@ def _slice_te(ts, shapes, out, axis, start, stop):
 
 
 def _slice_grad(g, n):
-    """The adjoint of a slice: g where the slice was, zeros around it."""
-    x = n.inputs[0]
-    ax = S.axes(n.attr("axis"), len(x.shape))[0]
-    start, stop = n.attr("start"), n.attr("stop")
-    parts = []
-    for lo, hi in ((0, start), (stop, x.shape[ax])):
-        if hi > lo:
-            shape = tuple(hi - lo if d == ax else e for d, e in enumerate(x.shape))
-            parts.append((lo, _g().broadcast_to(_g().constant(0.0, x.dtype), shape)))
-    parts.append((start, g))
-    parts.sort(key=lambda p: p[0])
-    return [parts[0][1] if len(parts) == 1 else _g().concat([p for _, p in parts], ax)]
+    """The adjoint of a slice: g where the slice was, zeros around it (an `unslice` of x's
+    shape, known only when the graph runs for a Variable made without one)."""
+    return [_g().make("unslice", (g, n.inputs[0]), axis=n.attr("axis"), start=n.attr("start"),
+                      stop=n.attr("stop"))]
+
+
+def _unslice_shape(g, x, axis, start, stop):
+    if tuple(g) != _slice_shape(x, axis, start, stop):
+        raise ValueError(f"unslice: {tuple(g)} is not the shape of the slice [{start}, {stop}) "
+                         f"along axis {axis} of {tuple(x)}")
+    return tuple(x)
+
+
+def _unslice_ref(g, x, axis, start, stop):
+    out = np.zeros(x.shape, np.result_type(g, x))
+    idx = [np.s_[:]] * x.ndim
+    idx[S.axes(axis, x.ndim)[0]] = np.s_[start:stop]
+    out[tuple(idx)] = g
+    return out
+
+
+def _unslice_te(ts, shapes, out, axis, start, stop):
+    g = ts[0]
+    ax = S.axes(axis, len(out))[0]
+
+    def body(*i):
+        inside = tl.all(i[ax] >= start, i[ax] < stop)
+        v = g[tuple(i[d] - start if d == ax else i[d] for d in range(len(out)))]
+        return tl.if_then_else(inside, v, _zero(v))
+    return tl.compute(out, body, name="out"), "elementwise"
+
+
+# g placed at [start, stop) along `axis` of x's shape, zeros elsewhere (x: its shape only)
+register_op("unslice", _unslice_ref, _unslice_shape,
+            lambda G, n: [_g().slice(G, n.attr("axis"), n.attr("start"), n.attr("stop")), None],
+            lambda n, t: None if t[0] is None else _g().make(
+                "unslice", (t[0], n.inputs[1]), axis=n.attr("axis"), start=n.attr("start"),
+                stop=n.attr("stop")),
+            _unslice_te)
 
 
 register_op("slice", lambda x, axis, start, stop: np.take(x, range(start, stop), axis=axis),

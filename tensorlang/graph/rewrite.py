@@ -438,7 +438,8 @@ def _normal_attrs(n: Node) -> tuple:
                 attrs["axis"] = S.axes(attrs["axis"], len(shp))
             elif n.op == "transpose":
                 attrs["axes"] = tuple(S.permutation(attrs.get("axes"), len(shp)))
-            elif n.op in ("concat", "slice", "softmax", "log_softmax") and "axis" in attrs:
+            elif n.op in ("concat", "slice", "unslice", "softmax", "log_softmax") and \
+                    "axis" in attrs:
                 attrs["axis"] = attrs["axis"] % max(1, len(shp))
         except (ValueError, TypeError):
             pass
