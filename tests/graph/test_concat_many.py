@@ -52,6 +52,7 @@ def test_many_inputs_match_numpy_and_gradients(axis):
         np.testing.assert_array_equal(g, p)
 
 
+@pytest.mark.slow
 def test_fifteen_hundred_variables_in_a_subprocess():
     # used to end in RecursionError (500 inputs and more); a crash or a hang must not take
     # the test run with it

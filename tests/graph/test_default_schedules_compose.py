@@ -93,6 +93,7 @@ def test_reduction_of_a_conv2d_epilogue(axis):
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.slow
 @settings(max_examples=16, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(programs())
