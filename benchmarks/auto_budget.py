@@ -16,17 +16,9 @@ import time
 import numpy as np
 
 import tensorlang as tl
+from gemm import median_s  # benchmarks/gemm.py: the median of calls over a minimum time
 
 
-def median_s(fn, min_calls: int = 10, min_s: float = 0.2) -> float:
-    fn()
-    times = []
-    t_end = time.perf_counter() + min_s
-    while len(times) < min_calls or time.perf_counter() < t_end:
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main() -> None:
