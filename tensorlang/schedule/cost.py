@@ -139,10 +139,9 @@ class CostReport:
 def _overlap(*times: float) -> float:
     """The time of work whose parts (arithmetic, traffic at each level) run at once: near
     the largest, but not quite — they overlap imperfectly, so a part close to the largest
-    adds to it (the OVERLAP_NORM-norm, a smooth maximum). On a random sample of candidates
-    per operator (2-core Zen 4, benchmarks/autoschedule.py's operators), against the plain
-    maximum: Spearman rho of the transposed copy 0.79 -> 0.89, column sum 0.91 -> 0.98,
-    the rest within 0.03; schedules at the same memory floor no longer tie."""
+    adds to it (the OVERLAP_NORM-norm, a smooth maximum): schedules at the same memory
+    floor do not tie (its ranking against the plain maximum: RESULTS-autoschedule.md,
+    "Where the cost model's choices were measured")."""
     return sum(t ** OVERLAP_NORM for t in times) ** (1.0 / OVERLAP_NORM)
 
 
@@ -492,10 +491,7 @@ def _statement(st: _Stmt, tgt, resident: dict[str, int] | None = None,
     # loop is long or its trip count varies (a stage computed at a tile, clipped to its
     # window), predicted for a short loop of a constant count. A first stage computed at
     # the second's tile of 16 or 32 columns runs such loops a tile: measured 0.10-0.20 ms
-    # on the blur where the blocks alone predicted 0.10-0.16 in another order. With the
-    # set conflicts, the count below and autovec's interleave: offline rho of six stored
-    # Zen 5 samples, blur 0.32 / 0.33 / 0.11 / 0.53 -> 0.54 / 0.50 / 0.36 / 0.69, heat
-    # 0.42 / 0.42 -> 0.57 / 0.56; the other operators' within 0.02
+    # on the blur where the blocks alone predicted 0.10-0.16 in another order
     compute_cycles += sum(iters[d] * (cpu.mispredict_cycles if not st.constant[d] or
                                       trips[d] > PREDICTED_TRIPS else 1)
                           for d in range(1, r + 1))

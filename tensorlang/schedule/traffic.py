@@ -156,9 +156,8 @@ def _tile_conflicts(st: _Stmt, r: int, iters: list[int], tgt) -> float:
     32 (16 to 64 lines a set) ran 1.1 / 1.2 / 2.0 / 3.7 / 4.1x slower; at C = 256 none. A
     row-wise recurrence (the IIR filter) in tiles of R x 16: level at R = 4 to 12, 7x slower
     at 16; the blur's second pass in 16 x 128 tiles (18 + 16 rows) 1.18x its 8 x 256 tiles.
-    (Linear in the excess instead, from the ways to 4.5 times them, the blur's offline rho
-    was within 0.03, but the IIR filter's search, ranking its 8- and 12-row tiles lower,
-    lost them: 0.54 ms against 0.15-0.18.) The accesses across memory (a transposed read)
+    (Linear in the excess ranked the IIR filter's 8- and 12-row tiles too low:
+    RESULTS-autoschedule.md.) The accesses across memory (a transposed read)
     count in `_set_conflict_lines`."""
     ways = tgt.l1_ways
     sets = max(1, tgt.cache_bytes[0] // ways // LINE_BYTES)
