@@ -58,9 +58,9 @@ class Module:
         if bound is None:
             bound = self._checked(arrays)
             self._remember(arrays, bound)
-        status = self.kernel.cfunc(*bound[0], *bound[1])
+        status, record = self.kernel.run(*bound[0], *bound[1])
         if status != 0:
-            raise self.status_error(status, self.kernel.error_record())
+            raise self.status_error(status, record)
 
     # A call with the very arrays of the previous call (a timing loop, the executor's
     # steps) skips the argument checks: same objects (weak references, so nothing is kept

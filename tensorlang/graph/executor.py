@@ -13,7 +13,9 @@ at once.
 
 from __future__ import annotations
 
+import threading
 import weakref
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,7 +33,11 @@ from .fusion import ANCHORS, fuse, inline_members, reads_tensor
 from .node import GraphError, Node, topological_order
 from .ops import OPS
 
-_KERNELS: dict[tuple, tuple] = {}
+# compiled group kernels by (members, shapes, dtypes, target, schedules), the most recently
+# used KERNEL_CACHE_SIZE kept (a plan holds its own kernels alive)
+KERNEL_CACHE_SIZE = 256
+_KERNELS: OrderedDict[tuple, tuple] = OrderedDict()
+_KERNELS_LOCK = threading.Lock()
 GPU_TARGETS = ("cuda", "nvptx")   # CUDA C through nvcc, or PTX through LLVM
 
 
@@ -132,15 +138,20 @@ def compile_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "l
     values stay stages is scheduled row by row (kind "rows", `cpu_schedules`).
     """
     key = (members, shapes, dtypes, target, schedules)
-    hit = _KERNELS.get(key)
-    if hit is not None:
-        return hit
+    with _KERNELS_LOCK:
+        hit = _KERNELS.get(key)
+        if hit is not None:
+            _KERNELS.move_to_end(key)
+            return hit
     s, ins, out = schedule_group(members, shapes, dtypes, target, schedules)
     read = {id(t.op) for t in s.placeholders}
     used = tuple(k for k, t in enumerate(ins) if id(t.op) in read)  # "like" inputs: shape only
     name = "graph_" + "_".join(dict.fromkeys(m[0] for m in members))[:48]
     mod = tl.build(s, [*(ins[k] for k in used), out], name=name, target=target)
-    _KERNELS[key] = (mod, used)
+    with _KERNELS_LOCK:
+        _KERNELS[key] = (mod, used)
+        while len(_KERNELS) > KERNEL_CACHE_SIZE:
+            _KERNELS.popitem(last=False)
     return mod, used
 
 
@@ -257,7 +268,7 @@ class _Step:
     kernel: tl.Module
     inputs: list[int]     # slots
     output: int           # slot
-    pointers: list[int] | None = None   # of the plan's arrays, checked once
+    pointers: list[int] | None = None   # of the first buffer set's arrays, checked once
 
     @property
     def node(self) -> Node:
@@ -378,24 +389,27 @@ class _Plan:
         swapped = {self.slot_of[i] for i in self.fed} | {slot for slot, _, _ in self.fresh}
         self.patches = [(k, j, slot) for k, st in enumerate(self.steps) if st.pointers
                         for j, slot in enumerate(st.inputs + [st.output]) if slot in swapped]
-        # the array last put in each swapped slot (a weak reference) and its address: a
-        # caller that passes the same arrays again (a training loop, a benchmark) skips
-        # numpy's `ctypes` object per pointer (~1 us each; a run's overhead 9 -> 5 us).
-        # An array keeps its address while it lives (numpy reallocates only on a resize
-        # to another size, which the shape checks refuse); a freed one's reference is
-        # dead, so a new array at its id is never taken for it.
-        self.last_ptr: dict[int, tuple[weakref.ref, int]] = {}
+        self.constant_slots = {self.slot_of[n.id] for n in order if n.op == "constant"}
+        # a run takes a buffer set no other run holds (`Executor.run`): runs from several
+        # threads at once each write their own intermediates
+        self.idle = [_Buffers(self.arrays, [st.pointers for st in self.steps])]
+        self.lock = threading.Lock()      # a GPU plan's device arrays: one run at a time
 
-    def address(self, slot: int, a: np.ndarray) -> int:
-        ptr = array_cache.data_address(a)       # a fresh output: its block's address
-        if ptr is not None:
-            return ptr
-        got = self.last_ptr.get(slot)
-        if got is not None and got[0]() is a:
-            return got[1]
-        ptr = a.ctypes.data
-        self.last_ptr[slot] = (weakref.ref(a), ptr)
-        return ptr
+    def buffers(self) -> _Buffers:
+        """A buffer set for one run: an idle one, else a new one (another thread's run holds
+        every one made so far). Give it back with `self.idle.append`."""
+        try:
+            return self.idle.pop()      # (atomic: list.pop and append hold the GIL)
+        except IndexError:
+            pass
+        arrays = [a if slot in self.constant_slots else _zeros_like(a)
+                  for slot, a in enumerate(self.arrays)]
+        pointers = [None if st.pointers is None else [arrays[i].ctypes.data for i in
+                                                      st.inputs + [st.output]]
+                    for st in self.steps]
+        debug_print(1, f"executor: a new buffer set ({len(arrays)} arrays) for a run while "
+                       "another thread runs this plan")
+        return _Buffers(arrays, pointers)
 
     @staticmethod
     def _inputs(group: list[Node]) -> list[Node]:
@@ -420,6 +434,55 @@ class _Plan:
             dst.set(np.ascontiguousarray(value, dst.dtype).reshape(dst.shape))
         else:
             self.arrays[slot][...] = value
+
+
+def _scalar_feed(var: Node, v) -> np.ndarray:
+    """A Python or numpy number fed for `var`, as a 0-d array of its dtype: a float for an
+    integer Variable, or an integer outside its dtype's range, is refused (numpy would
+    truncate or wrap it), as a float array fed for it is."""
+    dt = np.dtype(var.dtype)
+    if dt.kind in "iub":
+        if isinstance(v, (float, np.floating)):
+            raise GraphError(f"run: Variable {var.name} is {var.dtype}; it cannot be fed the "
+                             f"float {v!r} (give an integer)")
+        info = np.iinfo(dt) if dt.kind != "b" else None
+        if info is not None and not info.min <= int(v) <= info.max:
+            raise GraphError(f"run: Variable {var.name} is {var.dtype}; {int(v)} is outside "
+                             f"its range [{info.min}, {info.max}]")
+    return np.asarray(v, dt)
+
+
+def _zeros_like(a: np.ndarray) -> np.ndarray:
+    b = aligned_empty(a.shape, a.dtype)
+    b.fill(0)
+    return b
+
+
+class _Buffers:
+    """The arrays one run of a plan writes (intermediates; fed arrays and outputs take
+    their slots per run) and the kernels' argument pointers into them."""
+
+    def __init__(self, arrays: list, pointers: list):
+        self.arrays = arrays
+        self.pointers = pointers      # per step: its argument pointers, or None
+        # the array last put in each swapped slot (a weak reference) and its address: a
+        # caller that passes the same arrays again (a training loop, a benchmark) skips
+        # numpy's `ctypes` object per pointer (~1 us each; a run's overhead 9 -> 5 us).
+        # An array keeps its address while it lives (numpy reallocates only on a resize
+        # to another size, which the shape checks refuse); a freed one's reference is
+        # dead, so a new array at its id is never taken for it.
+        self.last_ptr: dict[int, tuple[weakref.ref, int]] = {}
+
+    def address(self, slot: int, a: np.ndarray) -> int:
+        ptr = array_cache.data_address(a)       # a fresh output: its block's address
+        if ptr is not None:
+            return ptr
+        got = self.last_ptr.get(slot)
+        if got is not None and got[0]() is a:
+            return got[1]
+        ptr = a.ctypes.data
+        self.last_ptr[slot] = (weakref.ref(a), ptr)
+        return ptr
 
 
 def _cuda_context() -> None:
@@ -453,10 +516,22 @@ class Executor:
     the baseline that `benchmarks/graph_opt.py` compares against. `schedules="auto"` takes
     each kernel's schedule from `tl.auto_schedule` (through the tuning log) instead of the
     hand-written defaults (CPU targets); `schedules="model"` its quick model-only mode (no
-    kernel measured: the cost model ranks the sampled candidates)."""
+    kernel measured: the cost model ranks the sampled candidates).
+
+    Plans: a plan (kernels and buffers) is made for each new combination of fed shapes and
+    dtypes, and the `max_plans` (default 16) most recently used are kept (an LRU cache; a
+    plan made again after it was dropped takes its compiled kernels from the kernel
+    cache). Threads: one Executor may run from several threads at once; each run takes
+    its own set of intermediate buffers (made when every set is in use), so runs never
+    share memory, and a failed index check reports the failing call's own index. A GPU
+    Executor's runs take turns (its device buffers are one set)."""
 
     def __init__(self, nodes, target: str = "llvm", fuse: bool = True,
-                 schedules: str = "default"):
+                 schedules: str = "default", max_plans: int = 16):
+        if isinstance(max_plans, bool) or not isinstance(max_plans, (int, np.integer)) or \
+                max_plans < 1:
+            raise GraphError(f"Executor: max_plans must be an int >= 1, got {max_plans!r}")
+        self.max_plans = int(max_plans)
         self.outputs = list(nodes) if isinstance(nodes, (list, tuple)) else [nodes]
         self.fuse = bool(fuse)      # False: one kernel per node (a baseline to compare)
         if schedules not in SCHEDULES:
@@ -473,7 +548,8 @@ class Executor:
         self.target = target
         self.order = topological_order(self.outputs)
         self.variables = [n for n in self.order if n.op == "variable"]
-        self._plans: dict[tuple, _Plan] = {}
+        self._plans: OrderedDict[tuple, _Plan] = OrderedDict()   # LRU, max_plans
+        self._plans_lock = threading.Lock()
         self._last: _Plan | None = None
 
     @property
@@ -503,7 +579,7 @@ class Executor:
                     raise GraphError(f"run: Variable {var.name} is {var.dtype}, but the fed "
                                      f"array is {v.dtype}")
             elif isinstance(v, (int, float, np.floating, np.integer)) and not isinstance(v, bool):
-                v = np.asarray(v, var.dtype)
+                v = _scalar_feed(var, v)
             else:
                 raise GraphError(f"run: Variable {var.name} must be fed a numpy array or a "
                                  f"number, got {type(v).__name__}")
@@ -532,32 +608,27 @@ class Executor:
         `G.empty_array_cache`, TL_ARRAY_CACHE_MB)."""
         feeds = self._feeds(feed_dict)
         sig = tuple((v.id, feeds[v.id].shape, feeds[v.id].dtype.str) for v in self.variables)
-        plan = self._plans.get(sig)
-        if plan is None:
-            plan = self._plans[sig] = self._plan(feeds)
+        with self._plans_lock:      # (one thread compiles a new plan; the others wait)
+            plan = self._plans.get(sig)
+            if plan is None:
+                plan = self._plans[sig] = self._plan(feeds)
+                while len(self._plans) > self.max_plans:
+                    dropped, _ = self._plans.popitem(last=False)
+                    debug_print(1, f"executor: plan for {dropped} dropped (max_plans = "
+                                   f"{self.max_plans})")
+            else:
+                self._plans.move_to_end(sig)
         self._last = plan
         given = self._outs(out, plan, feeds)
         if plan.target in GPU_TARGETS:
-            got = self._run_cuda(plan, feeds)
+            with plan.lock:
+                got = self._run_cuda(plan, feeds)
             return [g if o is None else (np.copyto(o, g), o)[1] for g, o in zip(got, given)]
-        arrays = list(plan.arrays)
-        for i in plan.fed:
-            arrays[plan.slot_of[i]] = feeds[i]
-        mine = {}
-        for o, a in zip(self.outputs, given):
-            if a is not None and o.op not in ("variable", "constant"):
-                mine.setdefault(plan.slot_of[o.id], a)
-        for slot, shape, dtype in plan.fresh:
-            arrays[slot] = mine[slot] if slot in mine else array_cache.empty(shape, dtype)
-        steps = plan.steps
-        for k, j, slot in plan.patches:
-            steps[k].pointers[j] = plan.address(slot, arrays[slot])
-        for st in steps:
-            if st.pointers is None:
-                st.kernel(*[arrays[i] for i in st.inputs], arrays[st.output])
-            elif st.kernel.kernel.cfunc(*st.pointers) != 0:
-                raise MemoryError(f"node {st.node.name}: a temporary buffer could not be "
-                                  "allocated")
+        bufs = plan.buffers()
+        try:
+            arrays = self._run_steps(plan, bufs, feeds, given)
+        finally:
+            plan.idle.append(bufs)
         result, seen = [], set()
         for o, g in zip(self.outputs, given):
             a = arrays[plan.slot_of[o.id]]
@@ -570,6 +641,35 @@ class Executor:
             result.append(a)
             seen.add(o.id)
         return result
+
+    def _run_steps(self, plan: _Plan, bufs: _Buffers, feeds: dict, given: list) -> list:
+        """Run the plan's kernels on the buffer set `bufs`: its arrays with this run's fed
+        arrays and outputs in their slots (returned)."""
+        arrays = list(bufs.arrays)
+        for i in plan.fed:
+            arrays[plan.slot_of[i]] = feeds[i]
+        mine = {}
+        for o, a in zip(self.outputs, given):
+            if a is not None and o.op not in ("variable", "constant"):
+                mine.setdefault(plan.slot_of[o.id], a)
+        for slot, shape, dtype in plan.fresh:
+            arrays[slot] = mine[slot] if slot in mine else array_cache.empty(shape, dtype)
+        pointers = bufs.pointers
+        for k, j, slot in plan.patches:
+            pointers[k][j] = bufs.address(slot, arrays[slot])
+        for st, ptrs in zip(plan.steps, pointers):
+            if ptrs is None:
+                st.kernel(*[arrays[i] for i in st.inputs], arrays[st.output])
+                continue
+            status, record = st.kernel.kernel.run(*ptrs)
+            if status == 1:
+                raise MemoryError(f"node {st.node.name}: a temporary buffer could not be "
+                                  "allocated")
+            if status != 0:
+                e = st.kernel.status_error(status, record)
+                e.add_note(f"(in the kernel of graph node {st.node.name})")
+                raise e
+        return arrays
 
     def _outs(self, out, plan, feeds) -> list:
         """`run`'s `out`, checked: one entry per output, None or a fitting array."""

@@ -20,7 +20,7 @@ from ...ir.expr import (
     IndexCheck, Load, Max, Min, Mul, Not, Or, Select, Sub, Var, binary,
 )
 from ...ir.stmt import Allocate, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store
-from ...ir.visit import free_vars, map_stmt, substitute, walk
+from ...ir.visit import free_vars, map_stmt, stmt_exprs, substitute, walk, walk_stmt
 from .alias import AliasScopes, kernel_buffers
 from .carry import carried_loads
 from .half import native_conversions
@@ -73,13 +73,25 @@ STATUS_INDEX = 3
 ERROR_RECORD_LEN = 16
 
 
+RECORD_ENTRY = ".record"   # suffix of the entry that takes the record as its last argument
+RECORD_VAR = "tl.record"    # the record's pointer among a function's values (closures too)
+
+
 def error_record_name(kernel: str) -> str:
     return f"{kernel}_tl_error"
 
 
+def record_entry_name(kernel: str) -> str:
+    """The kernel's entry that writes a failed check to the record its caller passes (the
+    last argument, [ERROR_RECORD_LEN x i64]): one record per call, so that threads calling
+    one kernel at once each get their own failure. `kernel` itself (the C entry point of
+    an object file) passes the global `error_record_name(kernel)`."""
+    return kernel + RECORD_ENTRY
+
+
 class FunctionCodegen(ArithCodegen):
     def __init__(self, module: ir.Module, name: str, buffers: list[Buffer], params: list[Var],
-                 threads: int = 1, target=None, void: bool = False):
+                 threads: int = 1, target=None, void: bool = False, record: bool = False):
         self.module = module
         self.threads = threads
         # (float32 <-> float16, float64 -> float16) in one instruction; else integer IR
@@ -90,9 +102,11 @@ class FunctionCodegen(ArithCodegen):
         self.vec: VectorContext | None = None
         self.outlined = 0
         argtys = [memory_type(b.dtype).as_pointer() for b in buffers] + [I64] * len(params)
+        if record:                  # the caller's error record, last (`record_entry_name`)
+            argtys.append(ir.ArrayType(I64, ERROR_RECORD_LEN).as_pointer())
         # a GPU kernel returns nothing; its status is its error record
         self.fn = ir.Function(module, ir.FunctionType(ir.VoidType() if void else I32, argtys),
-                              name)
+                              record_entry_name(name) if record else name)
         self.ptrs: dict[int, ir.Value] = {}
         self.env: dict[str, ir.Value] = {}
         for b, a in zip(buffers, self.fn.args):
@@ -102,6 +116,10 @@ class FunctionCodegen(ArithCodegen):
         for p, a in zip(params, self.fn.args[len(buffers):]):
             a.name = p.name
             self.env[p.name] = a
+        if record:
+            self.fn.args[-1].name = "record"
+            self.fn.args[-1].add_attribute("noalias")
+            self.env[RECORD_VAR] = self.fn.args[-1]
         self.entry = self.fn.append_basic_block("entry")
         self.builder = ir.IRBuilder(self.fn.append_basic_block("body"))
         self.heap: list[ir.Value] = []
@@ -285,15 +303,12 @@ class FunctionCodegen(ArithCodegen):
                 b.store(val, slot(3 + k))
         self.return_status(STATUS_INDEX)
 
-    def error_record(self) -> ir.GlobalVariable:
-        """The global [i64 x ERROR_RECORD_LEN] a failed index check writes."""
-        rec = self.module.globals.get(error_record_name(self.kernel))
-        if rec is None:
-            t = ir.ArrayType(I64, ERROR_RECORD_LEN)
-            rec = ir.GlobalVariable(self.module, t, error_record_name(self.kernel))
-            rec.initializer = ir.Constant(t, None)
-            rec.align = 8
-        return rec
+    def error_record(self) -> ir.Value:
+        """The [i64 x ERROR_RECORD_LEN] a failed index check writes: the caller's record
+        (an argument, carried into parallel bodies by their closure), else the global."""
+        if RECORD_VAR in self.env:
+            return self.env[RECORD_VAR]
+        return global_record(self.module, self.kernel)
 
     def return_status(self, status: int) -> None:
         """Leave the kernel with `status` (0: done)."""
@@ -682,7 +697,9 @@ def emit_function(module: ir.Module, name: str, buffers, params, body: Stmt,
     """The kernel `name` for `target` (a `tl.Target`: which conversions it has in hardware);
     with `refuse`, it first returns 2 where that condition holds (sizes the kernel must not
     run with)."""
-    cg = FunctionCodegen(module, name, buffers, params, threads, target)
+    checks = any(isinstance(x, IndexCheck) for st in walk_stmt(body) for e in stmt_exprs(st)
+                 for x in walk(e))
+    cg = FunctionCodegen(module, name, buffers, params, threads, target, record=checks)
     cg.scopes = AliasScopes(module, name, kernel_buffers(buffers, body))
     cg.streamed = streamed_buffers(name, buffers, body, target)
     if refuse is not None:
@@ -695,4 +712,22 @@ def emit_function(module: ir.Module, name: str, buffers, params, body: Stmt,
     # 0.9 -> 3.8 s at 127x781x253
     cg.stmt(hoist_tile_guards(body))
     cg.finish()
-    return cg.fn
+    if not checks:
+        return cg.fn
+    # the C entry point: the record entry (kept out of line) with the global record
+    cg.fn.attributes.add("noinline")
+    outer = ir.Function(module, ir.FunctionType(I32, cg.fn.function_type.args[:-1]), name)
+    b = ir.IRBuilder(outer.append_basic_block("entry"))
+    b.ret(b.call(cg.fn, [*outer.args, global_record(module, name)]))
+    return outer
+
+
+def global_record(module: ir.Module, kernel: str) -> ir.GlobalVariable:
+    """The module's global [i64 x ERROR_RECORD_LEN] record of `kernel` (made once)."""
+    rec = module.globals.get(error_record_name(kernel))
+    if rec is None:
+        t = ir.ArrayType(I64, ERROR_RECORD_LEN)
+        rec = ir.GlobalVariable(module, t, error_record_name(kernel))
+        rec.initializer = ir.Constant(t, None)
+        rec.align = 8
+    return rec

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -14,7 +15,7 @@ from ...errors import TensorlangError
 from ...ir.expr import Var
 from ...ir.stmt import Buffer, For, LoopKind, Stmt
 from ...ir.visit import walk_stmt
-from .codegen import ERROR_RECORD_LEN, emit_function, error_record_name
+from .codegen import ERROR_RECORD_LEN, emit_function, record_entry_name
 from .pool import RUNTIME_SYMBOLS, ensure_pool
 from .symbols import check_symbols
 from .target import LLVMTarget, new_target_machine, target_machine
@@ -37,16 +38,35 @@ class Kernel:
     def assembly(self) -> str:
         return target_machine(self.target).emit_assembly(self.module)
 
-    def error_record(self) -> list[int] | None:
-        """The kernel's error record after a failed index check, cleared for the next call
-        (None when the kernel has no checks)."""
-        addr = self.engine.get_global_value_address(error_record_name(self.name))
-        if not addr:
-            return None
-        rec = (ctypes.c_int64 * ERROR_RECORD_LEN).from_address(addr)
+    record_func: object = None   # the entry taking the caller's error record (checks only)
+
+    def run(self, *args) -> tuple[int, list[int] | None]:
+        """Call the kernel with its arguments (pointers, then sizes): (status, the error
+        record of this call after a failed check, else None). A kernel with index checks
+        writes its failure to a record of the calling thread's own (`thread_record`), so
+        threads calling one kernel at once never see each other's failures."""
+        if self.record_func is None:
+            return self.cfunc(*args), None
+        rec, addr = thread_record()
+        status = self.record_func(*args, addr)
+        if status == 0:
+            return 0, None
         out = list(rec)
         ctypes.memset(addr, 0, ctypes.sizeof(rec))
-        return out
+        return status, out
+
+
+_RECORDS = threading.local()
+
+
+def thread_record():
+    """This thread's error record ([ERROR_RECORD_LEN x int64], zero between failures) and
+    its address."""
+    got = getattr(_RECORDS, "rec", None)
+    if got is None:
+        rec = (ctypes.c_int64 * ERROR_RECORD_LEN)()
+        got = _RECORDS.rec = (rec, ctypes.addressof(rec))
+    return got
 
 
 class _KernelCache:
@@ -149,10 +169,14 @@ def compile_kernel(name: str, buffers: list[Buffer], params: list[Var], body: St
         engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
         engine.finalize_object()
         addr = engine.get_function_address(name)
-    if not addr:
+        recorded = record_entry_name(name) in {f.name for f in mod.functions}
+        raddr = engine.get_function_address(record_entry_name(name)) if recorded else 0
+    if not addr or recorded and not raddr:
         raise TensorlangError(f"internal: the JIT did not load kernel {name}")
     argtypes = [ctypes.c_void_p] * len(buffers) + [ctypes.c_int64] * len(params)
     cfunc = ctypes.CFUNCTYPE(ctypes.c_int32, *argtypes)(addr)
-    kernel = Kernel(name, cfunc, str(mod), mod, engine, target)
+    rfunc = ctypes.CFUNCTYPE(ctypes.c_int32, *argtypes, ctypes.c_void_p)(raddr) \
+        if recorded else None
+    kernel = Kernel(name, cfunc, str(mod), mod, engine, target, rfunc)
     CACHE.put(key, kernel)
     return kernel

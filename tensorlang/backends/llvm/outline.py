@@ -15,7 +15,7 @@ import llvmlite.ir as ir
 from ...ir.expr import Load, Var
 from ...ir.stmt import Buffer, For, Store
 from ...ir.visit import stmt_exprs, walk, walk_stmt
-from .codegen import AOT_THREADS, I32, I64
+from .codegen import AOT_THREADS, I32, I64, RECORD_VAR
 
 # Tasks of a parallel loop on the JIT's pool per thread. The pool's threads take tasks from
 # a counter, so a thread that runs slower (its core shared with another process, or a
@@ -48,6 +48,8 @@ def emit_parallel_loop(cg, s: For, lo: ir.Value) -> None:
         for x in buf.shape:
             used_vars.update(v.name for v in walk(x) if isinstance(v, Var))
     names = sorted(n for n in used_vars if n in cg.env and n != s.var.name)
+    if RECORD_VAR in cg.env:        # the caller's error record: the body's checks write it
+        names.append(RECORD_VAR)
     bufs = [buf for k, buf in used_bufs.items() if k in cg.ptrs]
     fields = [I64, I64, I64] + [cg.env[n].type for n in names] + \
         [cg.ptrs[id(x)].type for x in bufs]
