@@ -35,7 +35,7 @@ from .ops import OPS
 
 # compiled group kernels by (members, shapes, dtypes, target, schedules), the most recently
 # used KERNEL_CACHE_SIZE kept (a plan holds its own kernels alive)
-KERNEL_CACHE_SIZE = 256
+KERNEL_CACHE_SIZE = 128
 _KERNELS: OrderedDict[tuple, tuple] = OrderedDict()
 _KERNELS_LOCK = threading.Lock()
 GPU_TARGETS = ("cuda", "nvptx")   # CUDA C through nvcc, or PTX through LLVM

@@ -96,6 +96,7 @@ class FunctionCodegen(ArithCodegen):
         self.threads = threads
         # (float32 <-> float16, float64 -> float16) in one instruction; else integer IR
         self.half_native = native_conversions(target) if target is not None else (False, False)
+        self.target = target
         self.fast = fastmath()
         self.fp_flags = ("fast",) if self.fast else ("contract",) if fp_contract() else ()
         self.in_parallel = False
@@ -587,8 +588,46 @@ class FunctionCodegen(ArithCodegen):
         i.add_incoming(nxt, b.block)
         if carry is not None:
             prev.add_incoming(stored, b.block)
-        b.branch(head)
+        latch = b.branch(head)
+        hint = self.vector_width_hint(body_stmt) if self.vec is None else None
+        if hint is not None:
+            latch.set_metadata("llvm.loop", hint)
         b.position_at_end(end)
+
+    def vector_width_hint(self, body_stmt: Stmt):
+        """Loop metadata giving LLVM's loop vectorizer its vector width, for a scalar loop
+        that computes a NaN-ignoring float min or max (`llvm.maxnum`/`minnum`: fmax, fmin,
+        nanmax, nanmin; min and max under fast math); else None. LLVM 22 (llvmlite 0.50,
+        an assertions build) aborts the process choosing the width of such a loop by its
+        cost models ("VPlan cost model and legacy cost model disagreed": a plain
+        `tl.nanmax` reduction over 8, 16, 72 or 1024 floats); a given width skips that
+        choice, and LLVM still vectorizes the loop where it is legal. The width: the
+        target's vector lanes for the widest float the NaN-ignoring operation takes.
+
+        Only a loop that stays innermost in LLVM IR (no serial or parallel loop inside:
+        vectorized and unrolled loops are straight-line code here) gets it: LLVM reports a
+        loop given a width that it cannot vectorize (an outer loop) on stderr."""
+        if any(isinstance(st, For) and st.kind in (LoopKind.SERIAL, LoopKind.PARALLEL)
+               for st in walk_stmt(body_stmt)):
+            return None
+        widest = None
+        for st in walk_stmt(body_stmt):
+            for e in stmt_exprs(st):
+                for x in walk(e):
+                    nan_ignoring = isinstance(x, Call) and x.name in _NAN_IGNORING or \
+                        self.fast and isinstance(x, (Min, Max))
+                    if nan_ignoring and x.dtype.is_float and \
+                            (widest is None or x.dtype.itemsize > widest.itemsize):
+                        widest = x.dtype
+        if widest is None:
+            return None
+        lanes = self.target.vector_lanes(widest.name) if self.target is not None else 4
+        m = self.module
+        width = m.add_metadata([ir.MetaDataString(m, "llvm.loop.vectorize.width"),
+                                ir.Constant(I32, max(lanes, 2))])
+        loop = m.add_metadata([ir.MetaDataString(m, f"tl.loop.{len(m.metadata)}")])
+        loop.operands = (loop, width)      # a loop's id names itself first
+        return loop
 
     def carried_load(self, e: Load) -> ir.Value:
         """A load of what the previous iteration stored: memory in the first iteration,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -20,7 +21,8 @@ from .pool import RUNTIME_SYMBOLS, ensure_pool
 from .symbols import check_symbols
 from .target import LLVMTarget, new_target_machine, target_machine
 
-_CACHE_SIZE = 256
+# compiled kernels kept by the structural cache: each holds an execution engine (~0.7 MiB)
+_CACHE_SIZE = 128
 MAX_CALL_ARGS = 1024  # ctypes' limit on a foreign function's arguments
 
 
@@ -70,24 +72,28 @@ def thread_record():
 
 
 class _KernelCache:
-    """Compiled kernels by (unoptimised IR text, target): building twice costs no LLVM time."""
+    """Compiled kernels by (the unoptimised IR text's hash, target), the `size` most recently
+    used: building twice costs no LLVM time."""
 
     def __init__(self, size: int):
         self.size = size
         self.items: OrderedDict[tuple, Kernel] = OrderedDict()
         self.hits = 0
+        self.lock = threading.Lock()      # builds from several threads
 
     def get(self, key) -> Kernel | None:
-        k = self.items.get(key)
-        if k is not None:
-            self.items.move_to_end(key)
-            self.hits += 1
-        return k
+        with self.lock:
+            k = self.items.get(key)
+            if k is not None:
+                self.items.move_to_end(key)
+                self.hits += 1
+            return k
 
     def put(self, key, kernel: Kernel) -> None:
-        self.items[key] = kernel
-        if len(self.items) > self.size:
-            self.items.popitem(last=False)  # kernels in use stay alive through their Function
+        with self.lock:
+            self.items[key] = kernel
+            while len(self.items) > self.size:
+                self.items.popitem(last=False)  # kernels in use stay alive through their Module
 
 
 CACHE = _KernelCache(_CACHE_SIZE)
@@ -154,7 +160,7 @@ def compile_kernel(name: str, buffers: list[Buffer], params: list[Var], body: St
     threads = ensure_pool(new_target_machine(target)) if has_parallel_loop(body) else 1
     with timed("llvm codegen"):
         text = str(make_module(name, buffers, params, body, target, threads))
-    key = (text, target)
+    key = (hashlib.sha256(text.encode()).digest(), target)   # (not the text: 100s of KiB)
     cached = CACHE.get(key)
     if cached is not None:
         debug_print(1, "llvm: cache hit")
