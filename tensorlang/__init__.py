@@ -2,6 +2,7 @@
 
 from .errors import (  # noqa: F401
     BoundsError, IllegalScheduleError, IndexBoundsError, ScheduleError, TensorlangError,
+    TuningLogWarning,
 )
 from .ir.dtype import DType  # noqa: F401
 from .ir.expr import Expr, Var, const  # noqa: F401

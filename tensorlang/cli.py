@@ -197,8 +197,9 @@ def tune(script: str, log: str, budget: float, parser) -> int:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    n = sum(1 for line in open(log) if line.strip()) if pathlib.Path(log).exists() else 0
-    print(f"tuning log {log}: {n} records")
+    from .schedule.tuning_log import read_log
+
+    print(f"tuning log {log}: {len(read_log(log))} records")   # (malformed lines skipped)
     return 0
 
 

@@ -1,4 +1,5 @@
-"""The error hierarchy: every error tensorlang raises on purpose is a TensorlangError."""
+"""The error hierarchy: every error tensorlang raises on purpose is a TensorlangError (and
+the one warning it gives, `TuningLogWarning`, is here too)."""
 
 from __future__ import annotations
 
@@ -41,3 +42,8 @@ class IndexBoundsError(BoundsError):
                  index: int = 0, dim: int = 0, extent: int = 0):
         super().__init__(message, witness)
         self.tensor, self.index, self.dim, self.extent = tensor, index, dim, extent
+
+
+class TuningLogWarning(UserWarning):
+    """The auto-scheduler's tuning log cannot be read or written: the search runs and its
+    result is returned, unrecorded (the log is a cache; `schedule/tuning_log.py`)."""

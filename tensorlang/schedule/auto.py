@@ -19,14 +19,26 @@ to end within the budget, less what the end of the search needs (`_Bench`); a ca
 slower than the fastest so far is called once (`capped`) or, predicted so, not at all;
 the declared loop nest is not timed and is the result only when no candidate lowers.
 
-The tuning log (JSON lines, like TVM's records) keys each program by a hash of its lowered
-default loop nest and the target; `auto_schedule(..., log=path)` reuses the best record
-and appends new ones. `tensorlang tune script.py` runs a script with a default log.
+A measurement knows when it was disturbed (another process on the cores, a parallel
+kernel's worker descheduled for a scheduler tick): a candidate measured over OUTLIER_RATIO
+times what the model expects of it (calibrated on the fastest) while expected among the
+fastest is timed again at once and with the finalists at the end, the fastest timing kept;
+rounds far apart are timed again too (`time_in_turn`). A result that candidates predicted
+faster might have beaten, had they not been measured only under disturbance, is returned
+but not recorded (`AutoResult.doubt`), so that a later run searches again.
+
+The tuning log (JSON lines, like TVM's records; tuning_log.py) keys each program by a
+hash of its lowered default loop nest and the target; `auto_schedule(..., log=path)`
+reuses the best record and appends new ones. It is a cache: a malformed line or a record
+that does not replay is skipped, and a log that cannot be written is a warning before the
+search, whose result is returned all the same. `tensorlang tune script.py` runs a script
+with a default log.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 import time
 from dataclasses import dataclass, field
@@ -35,11 +47,13 @@ import numpy as np
 
 from ..config import check_budget, debug_print, tune_budget, tune_log
 from ..errors import ScheduleError, TensorlangError
-from .measure import (TIME_MIN_S, _append_log, best_record, kernel_call,  # noqa: F401
-                      measure, measure_many, time_in_turn)   # (auto.measure_many: API)
+from .measure import (TIME_MIN_S, kernel_call, measure, measure_many,  # noqa: F401
+                      time_in_turn)                         # (auto.measure_many: API)
 from .sample import (_channel_axis, _lowered, _lowers, _outputs,  # noqa: F401
                      _target, sample)       # (auto.sample, auto._lowers: used outside)
 from .schedule import Schedule, TraceEntry, create_schedule
+from .tuning_log import (append_record, best_record, log_problem,  # noqa: F401
+                         ranked_records, warn_unwritable)           # (auto.best_record: API)
 
 MEASURE_TOP = 8          # candidates built and timed on the host, best predicted first
 SAMPLES = 48             # candidates sampled per search (fewer when the budget runs out)
@@ -68,6 +82,10 @@ class Candidate:
     # timing cut short after its first call or calls, each over CAP_RATIO times the
     # fastest measured at the time (`_Bench.time`): `measured` is its fastest call
     capped: bool = False
+    # measured over OUTLIER_RATIO times what the model expects of it, calibrated on the
+    # fastest, in every timing (`_Bench.suspect`): a disturbed measurement, or the model's
+    # error, which no clock here tells apart
+    disturbed: bool = False
 
     @property
     def text(self) -> str:
@@ -81,6 +99,8 @@ class AutoResult:
     candidates: list[Candidate] = field(default_factory=list)
     best: Candidate | None = None
     from_log: bool = False
+    # why the result was not recorded in the tuning log although measured (`_doubt`)
+    doubt: str | None = None
 
     @property
     def spearman(self) -> float | None:
@@ -123,30 +143,37 @@ def recorded(outputs, target, log, model: bool = False, key: str | None = None):
     """The tuning log's schedule for `outputs` on `target`, replayed (its `auto` a result
     from the log), or None: the fastest measured record, else with `model` the model-only
     mode's latest choice (a record without a time), so that it searches once per program
-    and target. A record that does not replay (another version's primitives) is passed
-    over, and TL_DEBUG=1 says so."""
+    and target. Malformed lines are skipped (`tuning_log.read_log`); a record that does
+    not replay (another version's primitives, a hand edit) is passed over for the next
+    best, and TL_DEBUG=1 says so: nothing in the log stops a run."""
     if log is None:
         return None
     outs, tgt = _outputs(outputs), _target(target)
     key = key or program_key(outs, tgt)
-    rec = best_record(log, key, model=model)
-    if rec is None:
-        return None
-    try:
-        trace = [TraceEntry.from_json(x) for x in rec["trace"]]
-        s = replay_trace(outs, trace)
-    except (TensorlangError, AttributeError, KeyError, TypeError, ValueError,
-            IndexError) as e:
-        debug_print(1, f"auto_schedule: the record of {key} in {log} does not replay ({e}); "
-                       f"searching instead")
-        return None
-    result = AutoResult(key, str(tgt), from_log=True)
-    result.best = Candidate(trace, rec.get("predicted") or 0.0, rec["time"])
-    result.candidates = [result.best]
-    debug_print(1, f"auto_schedule: {'measured' if rec['time'] else 'model'} record {key} "
-                   f"from {log}")
-    s.auto = result
-    return s
+    for rec in ranked_records(log, key, model=model):
+        trace = [TraceEntry.from_json(x) for x in rec["trace"]]     # well-formed: checked
+        try:
+            s = replay_trace(outs, trace)
+            # each primitive adds its entry as it applies; a method that is not one
+            # (`replay`, `stage`) adds none, and its record is not this schedule's
+            if [(t.stage, t.call.prim) for t in s.trace] != \
+                    [(t.stage, t.call.prim) for t in trace]:
+                raise TensorlangError(f"its {len(trace)} entries replay as "
+                                      f"{len(s.trace)} primitives: an entry that is not one")
+        except Exception as e:  # noqa: BLE001 (the record is data from outside the process:
+            # a primitive given arguments of a type it never expects may raise anything,
+            # and a cache must not end a run; the next record, or a search, follows)
+            debug_print(1, f"auto_schedule: the record of {key} in {log} does not replay "
+                           f"({type(e).__name__}: {e}); trying the next, else searching")
+            continue
+        result = AutoResult(key, str(tgt), from_log=True)
+        result.best = Candidate(list(s.trace), rec.get("predicted") or 0.0, rec["time"])
+        result.candidates = [result.best]
+        debug_print(1, f"auto_schedule: {'measured' if rec['time'] else 'model'} record "
+                       f"{key} from {log}")
+        s.auto = result
+        return s
+    return None
 
 
 # ------------------------------------------------------------------------------ search
@@ -166,7 +193,12 @@ def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=Non
     join the candidates — measured first, and mutated like any other when one is the
     fastest — so that the result is never slower than them as measured (TVM's
     MetaSchedule and Ansor start their searches from such schedules too). The declared
-    loop nest is the result only when no candidate lowers."""
+    loop nest is the result only when no candidate lowers.
+
+    The log is a cache: its malformed lines and records that do not replay are skipped
+    (`recorded`); one that cannot be written is a `TuningLogWarning` before the search,
+    which runs and returns its result unrecorded, as does a write refused after it. A
+    measured result is recorded only when its time is plausible (`_doubt`)."""
     t0 = time.perf_counter()
     if budget_s is None:
         budget_s = tune_budget(30.0)
@@ -186,6 +218,10 @@ def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=Non
     got = recorded(outs, tgt, log, model=not measure_on_host, key=key)
     if got is not None:
         return got
+    problem = None if log is None else log_problem(log)
+    if problem is not None:                 # said before the search, not after its result
+        warn_unwritable(log, problem)
+        log = None
     result = AutoResult(key, str(tgt))
     rng = random.Random(seed)
     bench = _Bench(tgt, t0 + budget_s, budget_s)
@@ -245,14 +281,18 @@ def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=Non
     for c in result.candidates:
         c.schedule = None                   # the result keeps traces and times, not schedules
     s = replay_trace(outs, result.best.trace)
-    if log is not None and (result.best.measured is not None or not measure_on_host):
-        _append_log(log, {"key": key, "target": str(tgt), "time": result.best.measured,
-                          "mode": "measured" if measure_on_host else "model",
-                          "predicted": result.best.predicted,
-                          "trace": [t.to_json() for t in result.best.trace]})
-    elif log is not None:
+    if measure_on_host and result.best.measured is not None:
+        result.doubt = _doubt(result, bench)
+    if log is not None and measure_on_host and result.best.measured is None:
         debug_print(1, f"auto_schedule: nothing was measured within the budget "
                        f"({budget_s:g} s); no record written to {log}")
+    elif log is not None and result.doubt is not None:
+        debug_print(1, f"auto_schedule: no record written to {log}: {result.doubt}")
+    elif log is not None:
+        append_record(log, {"key": key, "target": str(tgt), "time": result.best.measured,
+                            "mode": "measured" if measure_on_host else "model",
+                            "predicted": result.best.predicted,
+                            "trace": [t.to_json() for t in result.best.trace]})
     took = time.perf_counter() - t0
     debug_print(1, f"auto_schedule: {took:.2f} s of a {budget_s:g} s budget; "
                    f"{sum(c.measured is not None for c in result.candidates)} of "
@@ -273,6 +313,17 @@ SKIP_RATIO = 10.0
 # before anything is measured a call is expected to take this many times its prediction
 # (the model's times were 1.5-2.2x short of the declared matmul nest's, 2-core Zen 4)
 UNCALIBRATED = 3.0
+# a candidate measured over OUTLIER_RATIO times what the model expects of it (`expect`: its
+# prediction scaled by the model's error on the fastest) while expected within CAP_RATIO
+# of the fastest is a suspect: its measurement was likely disturbed. The model's errors
+# between candidates of one program reach about 2x (a 7-row matmul tile predicted best and
+# measured 2x slower; the blur's two-pass schedule predicted 2x slower and measured
+# fastest) and a shared VM's slow spell 2x more: 4x in all is ordinary, 8x is not, and the
+# disturbance that misled a search was 130x (issue 40: parallel candidates waiting a
+# scheduler tick for a descheduled worker, 4 ms a call against 24-31 us alone)
+OUTLIER_RATIO = 8.0
+RETIMES = 1              # a suspect is timed again at once this many times at most, ...
+SUSPECTS = 2             # ... and the best expected suspects again with the finalists
 FINAL_ROUNDS = 3         # rounds of the finalists' timing in turn kept free at the end,
 MAX_FINAL_ROUNDS = 10    # ... and at most this many while the budget lasts
 END_MARGIN = 0.02        # of the budget, kept free at the end for what was not foreseen
@@ -284,7 +335,8 @@ class _Bench:
     timed again without another build), a hopeless one cut short (CAP_RATIO, SKIP_RATIO),
     and nothing started that is expected to end after `end` less what the end of the
     search needs (`reserve`). It keeps the slowest build and replay seen, and the model's
-    error on the fastest candidate, to expect the next ones by."""
+    error on the fastest candidate, to expect the next ones by, and to tell a disturbed
+    measurement by (`suspect`)."""
 
     def __init__(self, tgt, end: float, budget_s: float):
         self.tgt, self.end, self.budget_s = tgt, end, budget_s
@@ -302,11 +354,20 @@ class _Bench:
         return self.end - time.perf_counter()
 
     def finalists(self, cands, seeded) -> list[Candidate]:
-        """The fastest few measured in full (and the seeds): timed again at the end."""
+        """The fastest few measured in full (and the seeds), and the SUSPECTS best
+        expected suspects whose calls are no slower than a finalist's batch: timed again at
+        the end, in turn, a suspect's second chance at a moment when the machine may be
+        quiet."""
         final = sorted((c for c in cands if id(c) in self.calls and not c.capped),
                        key=lambda c: c.measured)[:FINALISTS]
-        return final + [c for c in seeded if id(c) in self.calls and not c.capped and
-                        all(c is not x for x in final)]
+        final += [c for c in seeded if id(c) in self.calls and not c.capped and
+                  all(c is not x for x in final)]
+        if self.best is None:
+            return final
+        short = max(TIME_MIN_S, CAP_RATIO * self.best.measured)
+        return final + sorted((c for c in cands if id(c) in self.calls and self.suspect(c) and
+                               self.once[id(c)] <= short and all(c is not x for x in final)),
+                              key=self.expect)[:SUSPECTS]
 
     def final_s(self, final) -> float:
         """Seconds of one round of the finalists' timing in turn."""
@@ -331,6 +392,44 @@ class _Bench:
             return c.predicted * UNCALIBRATED
         return c.predicted * b.measured / b.predicted
 
+    def suspect(self, c: Candidate) -> bool:
+        """Whether `c`'s measurement looks disturbed: over OUTLIER_RATIO times what the
+        model expects of it (`expect`, calibrated on the fastest measured, which `c` is
+        not) while expected within CAP_RATIO of the fastest, where its time matters."""
+        b = self.best
+        if c.measured is None or b is None or b is c:
+            return False
+        e = self.expect(c)
+        return c.measured > OUTLIER_RATIO * e and e < CAP_RATIO * b.measured
+
+    def retime(self, c: Candidate, reserve: float, what: str) -> None:
+        """`c`, a suspect, timed again at once, RETIMES times at most while it stays one
+        and the budget allows (a call, then `time_in_turn`'s rounds): the fastest timing
+        kept. Timed in full, it is capped no more unless still over CAP_RATIO times the
+        fastest. The finalists' rounds at the end time it once more (`finalists`).
+        TL_DEBUG=1 says each."""
+        fn = self.calls[id(c)]
+        for _ in range(RETIMES):
+            one = self.once[id(c)]
+            if self.left() - reserve < one + 2 * max(TIME_MIN_S, one):
+                debug_print(1, f"auto_schedule: {what} measured {c.measured * 1e3:.3f} ms, "
+                               f"over {OUTLIER_RATIO:g}x the {self.expect(c) * 1e3:.3f} ms "
+                               f"expected: not timed again, no budget left")
+                return
+            before = c.measured
+            t = time.perf_counter()
+            fn()
+            one = min(one, time.perf_counter() - t)
+            again = time_in_turn([fn], rounds=2, once=[one], deadline=self.end - reserve)[0]
+            self.once[id(c)] = min(one, again)
+            c.measured = min(c.measured, again)
+            c.capped = c.capped and c.measured > CAP_RATIO * self.best.measured
+            debug_print(1, f"auto_schedule: {what} measured {before * 1e3:.3f} ms, over "
+                           f"{OUTLIER_RATIO:g}x the {self.expect(c) * 1e3:.3f} ms expected "
+                           f"(a disturbed measurement?); timed again: {again * 1e3:.3f} ms")
+            if not self.suspect(c):
+                return
+
     def time(self, c: Candidate, reserve: float, what: str = "candidate") -> bool:
         """Build and time `c` (sets `measured`, and `capped` when it was cut short), or
         leave it untimed (False) when it is predicted hopeless or would not end before
@@ -340,7 +439,8 @@ class _Bench:
         measured, then timed in full (`time_in_turn`); its calls up to then may take
         `cap_s` in all, at least one: a hopeless one ends after one call, and one whose
         first call was slowed by the shared machine (a parallel 512^2 matmul's calls
-        range 2.6-10.7 ms on a busy 2-core Zen 4) gets another."""
+        range 2.6-10.7 ms on a busy 2-core Zen 4) gets another. A suspect (`suspect`:
+        far slower than the model expects, capped or not) is timed again (`retime`)."""
         self.tried.add(id(c))
         est = self.expect(c)
         b = self.best
@@ -373,12 +473,16 @@ class _Bench:
         self.calls[id(c)], self.once[id(c)] = fn, one
         if b is not None and one > CAP_RATIO * b.measured:
             c.measured, c.capped = one, True
+        else:
+            c.measured = time_in_turn([fn], once=[one], deadline=self.end - reserve)[0]
+        if self.suspect(c):
+            self.retime(c, reserve, what)
+        if c.capped:
             debug_print(1, f"auto_schedule: {what} capped after {calls * 1e3:.3f} ms of calls: "
-                           f"{one * 1e3:.3f} ms a call, over {CAP_RATIO:g}x the fastest measured "
-                           f"({b.measured * 1e3:.3f} ms; predicted {c.predicted * 1e3:.3f} ms)"
-                           f"\n{c.text}")
+                           f"{c.measured * 1e3:.3f} ms a call, over {CAP_RATIO:g}x the fastest "
+                           f"measured ({b.measured * 1e3:.3f} ms; predicted "
+                           f"{c.predicted * 1e3:.3f} ms)\n{c.text}")
             return True
-        c.measured = time_in_turn([fn], once=[one], deadline=self.end - reserve)[0]
         debug_print(1, f"auto_schedule: {what} predicted {c.predicted * 1e3:.3f} ms, "
                        f"measured {c.measured * 1e3:.3f} ms\n{c.text}")
         if b is None or c.measured < b.measured:
@@ -556,11 +660,39 @@ def _measure_search(result: AutoResult, seen: dict, seeded: list, outs, tgt, rng
             again = time_in_turn([bench.calls[id(c)] for c in final], MAX_FINAL_ROUNDS,
                                  once=[bench.once[id(c)] for c in final], deadline=deadline)
             for c, t in zip(final, again):
-                c.measured = t
+                c.measured, c.capped = t, False         # timed in full, in turn
             debug_print(1, "auto_schedule: finalists timed again: " + ", ".join(
                 f"{c.measured * 1e3:.3f}" for c in final) + " ms")
     if final:
-        result.best = min(final, key=lambda c: c.measured)
+        result.best = bench.best = min(final, key=lambda c: c.measured)
+        for c in cands:                     # by the model's error on the result
+            c.disturbed = bench.suspect(c)
+
+
+def _doubt(result: AutoResult, bench: _Bench) -> str | None:
+    """Why the measured result is not to be recorded, or None. Its time must be a finite
+    positive number. And no candidate predicted faster than it may have been measured only
+    under disturbance (`Candidate.disturbed`: after its re-timings still over
+    OUTLIER_RATIO times what the model expects): the result may then be merely what ran
+    while the machine was busy, and a record would make every later run reuse it (issue
+    40: two processes tuning at once recorded the declared loop nest, and later runs
+    reused it). Unrecorded, the result is returned and a later run searches again. The
+    price: a candidate the model misjudges by OUTLIER_RATIO or more, predicted faster than
+    the result, reads as disturbed, and its program is searched again by every run
+    (TL_DEBUG=1 says why); a wrong record would cost more, in every run after it."""
+    t = result.best.measured
+    if not (isinstance(t, float | int) and math.isfinite(t) and t > 0):
+        return f"its time {t!r} is not a finite positive number of seconds"
+    over = [c for c in result.candidates if c.disturbed and
+            c.predicted < result.best.predicted]
+    if over:
+        c = min(over, key=lambda c: c.predicted)
+        return (f"{len(over)} candidate(s) predicted faster than the result "
+                f"({result.best.measured * 1e3:.3f} ms) were measured only under "
+                f"disturbance (one predicted {c.predicted * 1e3:.3f} ms, about "
+                f"{bench.expect(c) * 1e3:.3f} ms here, measured {c.measured * 1e3:.3f} ms: "
+                f"over {OUTLIER_RATIO:g}x that in every timing); a later run searches again")
+    return None
 
 
 FRUITLESS = 200          # mutation draws in a row that give nothing untimed: next candidate

@@ -1,21 +1,25 @@
-"""Timing schedules on the host, and the auto-scheduler's tuning log (JSON lines).
+"""Timing schedules on the host (the auto-scheduler's tuning log is tuning_log.py).
 
 `time_in_turn` takes batches of every function in turn, so one of a shared machine's slow
-spells slows all of them alike instead of one function's whole measurement; `measure_many`
-builds schedules and times them that way; the log keeps one record per line (program key,
-target, time, trace) and `best_record` reads the fastest for a key.
+spells slows all of them alike instead of one function's whole measurement, and takes more
+rounds when a function's rounds disagree widely (a disturbed measurement); `measure_many`
+builds schedules and times them that way.
 """
 
 from __future__ import annotations
 
-import json
 import time
 
 import numpy as np
 
-from ..errors import TensorlangError
+from ..config import debug_print
 
 TIME_MIN_S = 0.02        # a candidate is timed in batches of calls at least this long
+# a function whose slowest round took this many times its fastest was disturbed in one:
+# a slow spell of a shared VM slows a process by up to 2x, and a batch of 20 ms absorbs a
+# scheduler tick or two (1.2x); a parallel kernel whose every call waited a tick for a
+# descheduled worker took 4 ms a call against 24-31 us alone (issue 40)
+DISTURBED_RATIO = 4.0
 
 
 def measure(s, target="llvm", runs: int = 3) -> float:
@@ -66,6 +70,11 @@ def kernel_call(s, target, shared: dict, lowered=None):
     return lambda: mod(*arrays)
 
 
+def _reps(t: float, min_s: float) -> int:
+    """Calls in a batch of at least `min_s` of a function that takes `t` a call."""
+    return max(1, min(1000, int(min_s / max(t, 1e-7))))
+
+
 def time_in_turn(fns, rounds: int = 3, min_s: float = TIME_MIN_S, once=None,
                  deadline: float | None = None) -> list[float]:
     """Seconds per call of each function: the best of `rounds` batches of at least
@@ -73,6 +82,13 @@ def time_in_turn(fns, rounds: int = 3, min_s: float = TIME_MIN_S, once=None,
     a whole process down for a second or two (by up to 2x on the VMs this is developed
     on) then slows every function's batch of that round alike, instead of one function's
     whole measurement, so the ranking survives it.
+
+    A disturbed measurement is timed again: when a function's slowest round took over
+    DISTURBED_RATIO times its fastest (and over 1 us a call more), something slowed it far
+    more than a slow spell, and its fastest round may have been slowed too, so every
+    function gets `rounds` more rounds, once (TL_DEBUG=1 says so); the best is kept.
+    After the first round a batch is sized by the function's fastest batch, so a first
+    call slowed by the machine does not leave every batch of a fast function short.
 
     `once`: seconds of one call of each function, known to the caller (which has called
     each at least once, warming it up); without it each function is called twice first
@@ -85,61 +101,28 @@ def time_in_turn(fns, rounds: int = 3, min_s: float = TIME_MIN_S, once=None,
             t0 = time.perf_counter()
             fn()
             once.append(time.perf_counter() - t0)
-    reps = [max(1, min(1000, int(min_s / max(t, 1e-7)))) for t in once]
-    per_round = sum(r * max(t, 1e-7) for r, t in zip(reps, once))
-    best = [float("inf")] * len(fns)
-    for r in range(rounds):
+    n = len(fns)
+    best, worst = [float("inf")] * n, [0.0] * n
+    total, r, again = rounds, 0, False
+    while r < total:
+        call = [b if b < float("inf") else t for t, b in zip(once, best)]
+        reps = [_reps(t, min_s) for t in call]
+        per_round = sum(k * max(t, 1e-7) for k, t in zip(reps, call))
         if r and deadline is not None and time.perf_counter() + per_round > deadline:
             break
-        for k in (range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))):
+        for k in (range(n) if r % 2 == 0 else reversed(range(n))):
             t0 = time.perf_counter()
             for _ in range(reps[k]):
                 fns[k]()
-            best[k] = min(best[k], (time.perf_counter() - t0) / reps[k])
+            t = (time.perf_counter() - t0) / reps[k]
+            best[k], worst[k] = min(best[k], t), max(worst[k], t)
+        r += 1
+        if r == total and not again and rounds > 1:
+            wide = [k for k in range(n) if worst[k] > DISTURBED_RATIO * best[k] and
+                    worst[k] - best[k] > 1e-6]
+            if wide:
+                again, total = True, total + rounds
+                debug_print(1, "time_in_turn: rounds far apart (" + ", ".join(
+                    f"{best[k] * 1e3:.3f}-{worst[k] * 1e3:.3f} ms" for k in wide) +
+                    f"), a disturbed measurement: {rounds} more rounds")
     return best
-
-
-# ------------------------------------------------------------------------------ the log
-def _read_log(path) -> list[dict]:
-    """The log's records. A line that is not a JSON record (a write cut short, two
-    processes appending at once, a hand edit) is skipped, and TL_DEBUG=1 names it: the log
-    is a cache, and one bad line must not stop a run."""
-    from ..config import debug_print
-
-    try:
-        with open(path) as f:
-            lines = f.readlines()
-    except FileNotFoundError:
-        return []
-    except OSError as e:
-        raise TensorlangError(f"auto_schedule: cannot read the tuning log {path}: {e}") from e
-    out = []
-    for k, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            rec = None
-        if not isinstance(rec, dict) or not isinstance(rec.get("trace"), list):
-            debug_print(1, f"auto_schedule: line {k} of the tuning log {path} is not a "
-                           f"record; skipped")
-            continue
-        out.append(rec)
-    return out
-
-
-def best_record(path, key: str, model: bool = False) -> dict | None:
-    """The fastest measured record for a key; without one, with `model`, the model-only
-    mode's latest choice (a record without a time). One read of the log."""
-    recs = [r for r in _read_log(path) if r.get("key") == key]
-    timed = [r for r in recs if r.get("time") is not None]
-    if timed:
-        return min(timed, key=lambda r: r["time"])
-    untimed = [r for r in recs if r.get("time") is None] if model else []
-    return untimed[-1] if untimed else None
-
-
-def _append_log(path, rec: dict) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(rec) + "\n")

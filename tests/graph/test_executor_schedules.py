@@ -24,7 +24,7 @@ def fresh_log(tmp_path, monkeypatch):
     """An empty tuning log of this test's own, and no kernel compiled before it."""
     monkeypatch.setenv("TL_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("TL_TUNE_LOG", raising=False)
-    monkeypatch.setattr(E, "_KERNELS", {})
+    monkeypatch.setattr(E, "_KERNELS", type(E._KERNELS)())
     return tmp_path / "tuning.jsonl"
 
 
@@ -107,7 +107,7 @@ def test_an_unwritable_cache_folder_runs_without_a_log(tmp_path, monkeypatch, ca
     monkeypatch.setenv("TL_CACHE_DIR", str(blocker / "cache"))     # under a file: no mkdir
     monkeypatch.delenv("TL_TUNE_LOG", raising=False)
     monkeypatch.setenv("TL_DEBUG", "1")
-    monkeypatch.setattr(E, "_KERNELS", {})
+    monkeypatch.setattr(E, "_KERNELS", type(E._KERNELS)())
     x = G.Variable("x", (1024, 1280))
     xv = R.standard_normal((1024, 1280)).astype("float32")
     (got,) = G.Executor([G.sum(x, axis=0)]).run({x: xv})
@@ -187,7 +187,7 @@ def test_random_row_graphs_on_the_models_schedules_match_numpy(case, backward, m
     monkeypatch.setattr(auto, "MODEL_MARGIN", 1.0)
     monkeypatch.setattr(auto, "MODEL_SAMPLES", 3)
     monkeypatch.setattr(auto, "MODEL_REFINES", 2)
-    monkeypatch.setattr(E, "_KERNELS", {})
+    monkeypatch.setattr(E, "_KERNELS", type(E._KERNELS)())
     F.test_random_row_graphs_match_numpy.hypothesis.inner_test(case, backward)
 
 
