@@ -192,3 +192,12 @@ def test_fastmath_environment_switch(monkeypatch):
     monkeypatch.setenv("TL_FASTMATH", "1")
     f = tl.build(tl.create_schedule(Y), [X, Y], name="env_fast")
     assert "fdiv fast" in f.get_source() or "fmul fast" in f.get_source()
+
+
+def test_avx512_exp_scales_with_vscalefps_and_others_do_not():
+    # AVX-512 targets take `_exp_scalef` (no range test, no branch); the results are
+    # checked on the host above when it has AVX-512 (16 lanes)
+    v4 = build(tl.Target.parse("llvm -mcpu=x86-64-v4"), True).get_source("asm")
+    v3 = build(tl.Target.parse("llvm -mcpu=x86-64-v3"), True).get_source("asm")
+    assert "vscalefps" in v4
+    assert "vscalefps" not in v3

@@ -97,6 +97,9 @@ class FunctionCodegen(ArithCodegen):
         # (float32 <-> float16, float64 -> float16) in one instruction; else integer IR
         self.half_native = native_conversions(target) if target is not None else (False, False)
         self.target = target
+        # AVX-512 instructions that plain IR does not reach (`vscalefps` in exp)
+        self.avx512 = target is not None and target.arch in ("x86_64", "amd64") and \
+            (target.cpu == "x86-64-v4" or "+avx512f" in target.feature_set)
         self.fast = fastmath()
         self.fp_flags = ("fast",) if self.fast else ("contract",) if fp_contract() else ()
         self.in_parallel = False
@@ -334,7 +337,8 @@ class FunctionCodegen(ArithCodegen):
         scalar_t = t.element if isinstance(t, ir.VectorType) else t
         if e.name in INLINE_F32 and isinstance(scalar_t, ir.FloatType):
             # inline: vectorises, no libm call per lane
-            out = INLINE_F32[e.name](b, args[0], self._declare, fast=self.fast)
+            kw = {"scalef": self.avx512} if e.name == "exp" else {}
+            out = INLINE_F32[e.name](b, args[0], self._declare, fast=self.fast, **kw)
         elif e.name in _NAN_IGNORING:      # maxnum: NaN ignored, one vmaxps on x86
             out = b.call(self._intrinsic(_NAN_IGNORING[e.name], t, 2), args)
         elif e.name in _INTRINSICS:

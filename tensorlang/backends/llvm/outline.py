@@ -71,7 +71,7 @@ def emit_parallel_loop(cg, s: For, lo: ir.Value) -> None:
     sub = type(cg).__new__(type(cg))
     sub.module, sub.threads, sub.in_parallel, sub.vec = cg.module, cg.threads, True, None
     sub.fp_flags, sub.half_native, sub.fast = cg.fp_flags, cg.half_native, cg.fast
-    sub.target = cg.target
+    sub.target, sub.avx512 = cg.target, cg.avx512
     sub.kernel, sub.check_guard = cg.kernel, None
     sub.registers = list(cg.registers)
     sub.padded = set(cg.padded)
