@@ -25,6 +25,9 @@ from .dtype import (
 Scalar = int | float | bool
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}   # each node type's dataclass fields
+
+
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Expr:
     """Base class of all scalar expressions."""
@@ -135,8 +138,11 @@ class Expr:
     @property
     def children(self) -> tuple[Expr, ...]:
         out: list[Expr] = []
-        for f in fields(self):
-            v = getattr(self, f.name)
+        names = _FIELD_NAMES.get(type(self))
+        if names is None:   # dataclasses.fields per node was most of the cost of a walk
+            names = _FIELD_NAMES[type(self)] = tuple(f.name for f in fields(self))
+        for name in names:
+            v = getattr(self, name)
             if isinstance(v, Expr):
                 out.append(v)
             elif isinstance(v, tuple):

@@ -79,9 +79,10 @@ def base_entries(states: dict[str, StageState], statements: list[Statement],
     from .placement import Entry
 
     out = []
+    position = {sid: k for k, sid in enumerate(order)}
     for st in statements:
         state = states[st.stage]
-        pos = order.index(st.stage)
+        pos = position[st.stage]
         sched = state.sched
         loops = state.loops
         if not st.is_init:

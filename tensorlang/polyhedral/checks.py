@@ -56,10 +56,11 @@ def _proven(st: Statement, index: Expr, guard, extent: Expr, params: str,
 
 
 def insert_index_checks(statements: list[Statement], names: dict[int, str],
-                        labels: dict[str, str], params: str,
-                        context: isl.Set) -> tuple[list[Statement], list[CheckSite]]:
+                        labels: dict[str, str], params: str, context: isl.Set,
+                        first: int = 0) -> tuple[list[Statement], list[CheckSite]]:
     """The statements with every unproven index of a non-affine read wrapped in an
-    IndexCheck, and the sites the checks refer to (site k is `sites[k]`)."""
+    IndexCheck, and the sites the checks refer to (site `first + k` is `sites[k]`: a
+    program numbers the sites of its stages one after another)."""
     sites: list[CheckSite] = []
     out = []
     for st in statements:
@@ -92,7 +93,7 @@ def insert_index_checks(statements: list[Statement], names: dict[int, str],
             idx = list(e.indices)
             for d in sorted(dims):
                 if (key, d) not in site_of:
-                    site_of[(key, d)] = len(sites)
+                    site_of[(key, d)] = first + len(sites)
                     sites.append(CheckSite(labels.get(st.stage, st.stage), e.buffer.name,
                                            f"{e.buffer.name}[{', '.join(key[1])}]", d,
                                            st.dims))

@@ -20,6 +20,7 @@ import islpy as isl
 from ..errors import IllegalScheduleError, TensorlangError
 from ..ir.stmt import LoopKind
 from .astgen import TimedStatement
+from .model import union_all
 
 
 @dataclass(frozen=True)
@@ -64,14 +65,6 @@ class Witness:
         return 2
 
 
-def _union(maps) -> isl.UnionMap | None:
-    out = None
-    for m in maps:
-        u = isl.UnionMap.from_map(m) if isinstance(m, isl.Map) else m
-        out = u if out is None else out.union(u)
-    return out
-
-
 def _maps(u: isl.UnionMap) -> list[isl.Map]:
     out: list[isl.Map] = []
     u.foreach_map(out.append)
@@ -82,16 +75,15 @@ def compute_dependences(times: list[TimedStatement], reads: isl.UnionMap,
                         writes: isl.UnionMap, info: dict[str, StatementInfo],
                         reduction_updates: set[str]) -> list[Dependence]:
     """RAW, WAR and WAW dependences of the program in the order given by `times`."""
-    order = _union(t.time for t in times)
-    if order is None:
+    if not times:
         return []
     space = reads.get_space()
-    may_w, must_w = isl.UnionMap.empty(space), isl.UnionMap.empty(space)
-    for m in _maps(writes):
-        if m.get_tuple_name(isl.dim_type.in_) in reduction_updates:
-            may_w = may_w.union(isl.UnionMap.from_map(m))
-        else:
-            must_w = must_w.union(isl.UnionMap.from_map(m))
+    order = union_all([t.time for t in times], space)
+    maps = _maps(writes)
+    may_w = union_all([m for m in maps if m.get_tuple_name(isl.dim_type.in_)
+                       in reduction_updates], space)
+    must_w = union_all([m for m in maps if m.get_tuple_name(isl.dim_type.in_)
+                        not in reduction_updates], space)
 
     def flow(sink, must, may, kill=None) -> isl.UnionMap:
         ai = isl.UnionAccessInfo.from_sink(sink).set_must_source(must).set_may_source(may)
@@ -102,11 +94,18 @@ def compute_dependences(times: list[TimedStatement], reads: isl.UnionMap,
     empty = isl.UnionMap.empty(space)
     if writes.reverse().is_single_valued():
         # every element has at most one writer: no WAW, and RAW/WAR pairs are the write and
-        # the reads of one element on either side of it; no flow analysis is needed
-        before = order.lex_lt_union_map(order)
-        same = writes.apply_range(reads.reverse())        # write -> read of its element
-        found = (("RAW", same.intersect(before)),
-                 ("WAR", same.reverse().intersect(before)))
+        # the reads of one element on either side of it; no flow analysis is needed. The
+        # order is compared per pair of statements that share an element, not as
+        # `order.lex_lt_union_map(order)`, which relates every pair of statements (n^2 maps
+        # for n statements, most of them thrown away by the intersection)
+        time = {t.stmt.name: t.time for t in times}
+        raw, war = [], []
+        for m in _maps(writes.apply_range(reads.reverse())):    # write -> read of its element
+            w = m.get_tuple_name(isl.dim_type.in_)
+            r = m.get_tuple_name(isl.dim_type.out)
+            raw.append(m.intersect(time[w].lex_lt_map(time[r])))
+            war.append(m.reverse().intersect(time[r].lex_lt_map(time[w])))
+        found = (("RAW", union_all(raw, space)), ("WAR", union_all(war, space)))
     else:
         found = (("RAW", flow(reads, must_w, may_w)),
                  ("WAR", flow(writes, empty, reads, kill=must_w)),
@@ -268,11 +267,16 @@ _PARALLEL_KINDS = (LoopKind.PARALLEL, LoopKind.VECTORIZED, LoopKind.GPU_BLOCK,
 
 def check_legality(primitive: str, stage: str, times: list[TimedStatement],
                    deps: list[Dependence], info: dict[str, StatementInfo],
-                   reads: isl.UnionMap, writes: isl.UnionMap) -> None:
-    """Raise IllegalScheduleError when `times` break a dependence touching `stage`."""
+                   reads: isl.UnionMap, writes: isl.UnionMap,
+                   touching: set[str] | None = None) -> None:
+    """Raise IllegalScheduleError when `times` break a dependence touching one of the
+    stages in `touching` (default: `stage`; any when both are None). `stage` names the
+    stage in the messages."""
     by_name = {t.stmt.name: t for t in times}
-    mine = [d for d in deps if stage is None or info[d.src].stage == stage
-            or info[d.dst].stage == stage]
+    if touching is None and stage is not None:
+        touching = {stage}
+    mine = [d for d in deps if touching is None or info[d.src].stage in touching
+            or info[d.dst].stage in touching]
     for dep in mine:
         if dep.reduction:
             continue
@@ -284,7 +288,7 @@ def check_legality(primitive: str, stage: str, times: list[TimedStatement],
                    "(loops {ls})", lambda p, q, dep=dep: _distance_hint(dep, info, p, q))
     for dep in mine:
         if info[dep.src].stage != info[dep.dst].stage or (
-                stage is not None and info[dep.src].stage != stage):
+                touching is not None and info[dep.src].stage not in touching):
             continue  # deps between stages are ordered by the stages' positions
         a, b = by_name[dep.src], by_name[dep.dst]
         for li, lp in enumerate(a.loops):

@@ -268,43 +268,62 @@ def accumulator_buffers(op: ComputeOp) -> tuple[object, ...]:
 
 
 
-@dataclass
+def union_all(maps, space: isl.Space) -> isl.UnionMap:
+    """The union of `maps` (isl maps or union maps), empty in `space` when there are none.
+
+    Unioned in pairs, not one by one: each union copies its operands' tables, so adding n
+    maps to a growing union one at a time costs n^2 copies."""
+    level = [isl.UnionMap.from_map(m) if isinstance(m, isl.Map) else m for m in maps]
+    if not level:
+        return isl.UnionMap.empty(space)
+    while len(level) > 1:
+        level = [level[k].union(level[k + 1]) if k + 1 < len(level) else level[k]
+                 for k in range(0, len(level), 2)]
+    return level[0]
+
+
 class AccessRelations:
     """The isl access relations of a program, built once and shared by every analysis.
 
     `per_read` keeps each read's own map (with its statement and access) for messages;
-    `reads` (may) and `writes` (must) are their unions, statement instance -> element.
+    `reads` (may) and `writes` (must) are their unions, statement instance -> element,
+    made when first asked for (a legality check needs only the maps of the statements it
+    checks; lowering and the bounds check need all of them).
     """
 
-    per_read: list[tuple[Statement, Access, isl.Map]]
-    boxes: dict[int, isl.Set]
-    reads: isl.UnionMap
-    writes: isl.UnionMap
+    def __init__(self, per_read: list[tuple[Statement, Access, isl.Map]],
+                 boxes: dict[int, isl.Set], write_maps: list[isl.Map], space: isl.Space):
+        self.per_read = per_read
+        self.boxes = boxes
+        self.write_maps = write_maps
+        self.space = space
+        self._reads: isl.UnionMap | None = None
+        self._writes: isl.UnionMap | None = None
+
+    @property
+    def reads(self) -> isl.UnionMap:
+        if self._reads is None:
+            self._reads = union_all([m for _st, _acc, m in self.per_read], self.space)
+        return self._reads
+
+    @property
+    def writes(self) -> isl.UnionMap:
+        if self._writes is None:
+            self._writes = union_all(self.write_maps, self.space)
+        return self._writes
 
 
-def access_relations(statements: list[Statement], names: dict[int, str],
-                     shapes: dict[int, tuple], params: str) -> AccessRelations:
-    """Reads keep their guards (a read in an untaken if_then_else arm is not a read); reads
-    with a non-affine index may touch any element of their buffer."""
-    space = isl.Set(f"[{params}] -> {{ : }}").get_space()
-    reads, writes = isl.UnionMap.empty(space), isl.UnionMap.empty(space)
-    boxes: dict[int, isl.Set] = {}
-    per_read = []
-
-    def box(buf) -> isl.Set:
-        if id(buf) not in boxes:
-            boxes[id(buf)] = buffer_box(names[id(buf)], shapes[id(buf)], params)
-        return boxes[id(buf)]
-
-    for st in statements:
-        for acc in statement_reads(st):
-            if id(acc.buffer) in names:
-                m = access_map(st, acc.buffer, acc.indices, acc.guard, params,
-                               names[id(acc.buffer)], box(acc.buffer))
-                per_read.append((st, acc, m))
-                reads = reads.union(isl.UnionMap.from_map(m))
-        for buf, idx in statement_writes(st):
-            if id(buf) in names:
-                m = access_map(st, buf, idx, (), params, names[id(buf)], box(buf))
-                writes = writes.union(isl.UnionMap.from_map(m))
-    return AccessRelations(per_read, boxes, reads, writes)
+def statement_accesses(st: Statement, names: dict[int, str], box, params: str
+                       ) -> tuple[list[tuple[Statement, Access, isl.Map]],
+                                  list[tuple[object, isl.Map]]]:
+    """One statement's reads (with their accesses) and writes (with their buffers) as isl
+    maps, for the buffers in `names`; `box(buf)` is a buffer's index box."""
+    reads = []
+    for acc in statement_reads(st):
+        if id(acc.buffer) in names:
+            m = access_map(st, acc.buffer, acc.indices, acc.guard, params,
+                           names[id(acc.buffer)], box(acc.buffer))
+            reads.append((st, acc, m))
+    writes = [(buf, access_map(st, buf, idx, (), params, names[id(buf)], box(buf)))
+              for buf, idx in statement_writes(st) if id(buf) in names]
+    return reads, writes

@@ -1,35 +1,84 @@
 """The isl model of a whole schedule: buffers, statements, accesses and dependences.
 
 Built once per schedule (statements and accesses do not change under loop primitives) and
-shared by the legality checks of every primitive and by `lower`.
+shared by the legality checks of every primitive and by `lower`. A primitive that changes
+the computes (compute_inline, cache_read, ...) builds the next program from the previous
+one: each stage's part (statements, accesses, declared state) is kept while its compute and
+the names of its buffers are unchanged, and the dependences are recomputed only between the
+stages the edit touched and the stages that share a buffer with them, so an edit costs what
+it changes, not the size of the program.
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 import islpy as isl
 
-from ..config import debug_print, timed
+from ..config import debug_level, debug_print, timed
 from ..ir.dtype import int64
-from ..ir.expr import Var, same
+from ..ir.expr import Load, Var, same
 from ..ir.simplify import simplify
 from ..ir.stmt import Buffer
 from ..ir.visit import free_vars, substitute, walk
 from ..polyhedral import accumulator_buffers, check_bounds, stage_statements
 from ..polyhedral.astgen import TimedStatement, base_entries, timed_statements
-from ..polyhedral.checks import insert_index_checks
+from ..polyhedral.checks import CheckSite, insert_index_checks
 from ..polyhedral.placement import Placement, loop_prefix, place
 from ..polyhedral.deps import (
     Dependence, StatementInfo, check_legality, check_self_read, compute_dependences,
 )
 from ..polyhedral.model import (
-    AccessRelations, Statement, access_map, access_relations, statement_writes,
+    Access, AccessRelations, StageState, Statement, access_map, buffer_box, identity_state,
+    statement_accesses, union_all,
 )
 
 
 def _stage_vars(op) -> set[str]:
     return {a.name for a in op.axis} | {a.name for a in op.reduce_axis}
+
+
+@dataclass(frozen=True)
+class _OpUses:
+    """What the program needs to know of one compute's expression, found by one walk."""
+
+    body: object                    # the body these facts are of (a compute may be rewritten)
+    sizes: tuple[str, ...]          # variables of its reduce axes' bounds, first use first
+    scalars: tuple[str, ...]        # free variables of its body, first use first
+    reads: frozenset[int]           # ids of the tensors its body loads
+
+
+# facts of each compute by identity, valid while its body is the same object: an edit of a
+# long pipeline rewrites a few computes, and walking every body again per edit made the
+# edits of a 200-stage chain quadratic in its size
+_USES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _op_uses(op) -> _OpUses:
+    u = _USES.get(op)
+    if u is not None and u.body is op.body:
+        return u
+    sizes: dict[str, None] = {}
+    for a in op.reduce_axis:
+        for n in free_vars(a.min) | free_vars(a.extent):
+            sizes.setdefault(n, None)
+    own = _stage_vars(op)
+    scalars: dict[str, None] = {}
+    reads = set()
+    for e in walk(op.body):
+        if isinstance(e, Var) and e.name not in own:
+            scalars.setdefault(e.name, None)
+        elif isinstance(e, Load):
+            reads.add(id(e.buffer))
+    u = _OpUses(op.body, tuple(sizes), tuple(scalars), frozenset(reads))
+    _USES[op] = u
+    return u
+
+
+def reads_tensor(op, tensor) -> bool:
+    """Whether compute `op`'s body loads `tensor`."""
+    return id(tensor) in _op_uses(op).reads
 
 
 def program_params(schedule) -> tuple[list[str], set[str]]:
@@ -43,14 +92,12 @@ def program_params(schedule) -> tuple[list[str], set[str]]:
                 order.setdefault(n, None)
                 sizes.add(n)
     for st in schedule.stages:
-        for a in st.op.reduce_axis:
-            for n in free_vars(a.min) | free_vars(a.extent):
-                order.setdefault(n, None)
-                sizes.add(n)
-        own = _stage_vars(st.op)
-        for e in walk(st.op.body):
-            if isinstance(e, Var) and e.name not in own:
-                order.setdefault(e.name, None)
+        u = _op_uses(st.op)
+        for n in u.sizes:
+            order.setdefault(n, None)
+            sizes.add(n)
+        for n in u.scalars:
+            order.setdefault(n, None)
     return list(order), sizes
 
 
@@ -68,6 +115,33 @@ def _deps_key(times, access, info, reduction_updates) -> tuple:
     return (tuple(str(t.time) for t in times), str(access.reads), str(access.writes),
             tuple(sorted((k, v.n_spatial) for k, v in info.items())),
             tuple(sorted(reduction_updates)))
+
+
+@dataclass
+class StagePart:
+    """What one stage puts into a program: its declared state, its statements (with their
+    index checks) and their accesses. `build_program` keeps it for the next program while
+    the stage's compute (and body), its domain and the names of the buffers it touches are
+    the same, and the index checks of the stages before it are as many."""
+
+    op: object
+    body: object
+    domain: isl.Set
+    spatial_domain: isl.Set
+    initial: StageState
+    acc: tuple                               # accumulator_buffers(op)
+    buffers: tuple[tuple[int, str | None], ...]  # (id, buffer name) of what it reads/writes
+    read_ids: frozenset[int]
+    write_ids: frozenset[int]
+    first_site: int
+    sites: list[CheckSite]
+    statements: list[Statement]
+    info: dict[str, StatementInfo]
+    reduction_updates: set[str]
+    per_read: list[tuple[Statement, Access, isl.Map]]
+    write_maps: list[isl.Map]
+    stmt_reads: dict[str, dict[int, isl.Map]]
+    stmt_writes: dict[str, dict[int, isl.Map]]
 
 
 @dataclass
@@ -89,7 +163,14 @@ class Program:
     sites: list = field(default_factory=list)  # run-time index checks (polyhedral.checks)
     stmt_reads: dict[str, dict[int, isl.Map]] = field(default_factory=dict)
     stmt_writes: dict[str, dict[int, isl.Map]] = field(default_factory=dict)
+    parts: dict[str, StagePart] = field(default_factory=dict)
+    tensors: dict[int, object] = field(default_factory=dict)   # the objects behind bufs' ids
+    rebuilt: frozenset[str] = frozenset()   # stages whose parts are new in this program
+    key: tuple = ()                         # (parameters, sizes): parts are reused within one
     _deps: list[Dependence] | None = field(default=None, repr=False)
+    # (dependences, statement info, parts) of the program this one was built from, while
+    # its own dependences are not computed yet
+    _base: tuple | None = field(default=None, repr=False)
     _violations: list | None = field(default=None, repr=False)
 
     @property
@@ -120,41 +201,169 @@ class Program:
     def deps(self) -> list[Dependence]:
         if self._deps is None:
             with timed("dependences"):
-                times = self.times(self.initial)
-                key = _deps_key(times, self.access, self.info, self.reduction_updates)
-                self._deps = _DEPS.get(key)
-                if self._deps is None:
-                    self._deps = compute_dependences(
-                        times, self.access.reads, self.access.writes, self.info,
-                        self.reduction_updates)
-                    _DEPS[key] = self._deps
-                    while len(_DEPS) > DEPS_CACHED:
-                        del _DEPS[next(iter(_DEPS))]
-            debug_print(4, "isl dependences", "\n".join(
-                f"{d.kind}{' (reduction)' if d.reduction else ''}: {d.rel}" for d in self._deps))
+                if self._base is not None:
+                    self._deps = self._updated_deps(*self._base)
+                else:
+                    times = self.times(self.initial)
+                    key = _deps_key(times, self.access, self.info, self.reduction_updates)
+                    self._deps = _DEPS.get(key)
+                    if self._deps is None:
+                        self._deps = compute_dependences(
+                            times, self.access.reads, self.access.writes, self.info,
+                            self.reduction_updates)
+                        _DEPS[key] = self._deps
+                        while len(_DEPS) > DEPS_CACHED:
+                            del _DEPS[next(iter(_DEPS))]
+            self._base = None
+            if debug_level() >= 4:
+                debug_print(4, "isl dependences", "\n".join(
+                    f"{d.kind}{' (reduction)' if d.reduction else ''}: {d.rel}"
+                    for d in self._deps))
         return self._deps
 
-    def check(self, primitive: str, stage: str | None, states) -> None:
-        """Raise IllegalScheduleError when `states` break a dependence (touching `stage`,
-        or any when None). Dependences of stages computed inside others are checked between
-        the copies that really communicate (see `expand_dependences`)."""
+    def _updated_deps(self, old: list[Dependence], old_info: dict[str, StatementInfo],
+                      old_parts: dict[str, StagePart]) -> list[Dependence]:
+        """The dependences, from those of the program this one was built from.
+
+        Isl's flow analysis relates a write and a read (or two writes) of one element, and
+        what can hide a write is another write of that element; so the dependences between
+        two stages follow from their own accesses, the writes of the buffers they share
+        and their declared order. The stages whose parts are new (`rebuilt`), the readers
+        and writers of every buffer whose writers changed, the writers of what the new
+        parts read, and every writer of a buffer one of those touches (`sub`) get their
+        dependences recomputed among themselves; every other dependence is the same
+        relation as before. (The declared order of the kept stages is the same: checked
+        when the program is built.)"""
+        writers: dict[int, set[str]] = {}
+        accessors: dict[int, set[str]] = {}
+        for sid, part in self.parts.items():
+            for b in part.write_ids:
+                writers.setdefault(b, set()).add(sid)
+            for b in part.read_ids | part.write_ids:
+                accessors.setdefault(b, set()).add(sid)
+        dirty: set[int] = set()
+        for sid, part in old_parts.items():
+            if sid in self.rebuilt or sid not in self.parts:
+                dirty |= part.write_ids
+        for sid in self.rebuilt:
+            dirty |= self.parts[sid].write_ids
+        sub = set(self.rebuilt)
+        for b in dirty:
+            sub |= accessors.get(b, set())
+        for sid in self.rebuilt:
+            for b in self.parts[sid].read_ids:
+                sub |= writers.get(b, set())
+        for sid in list(sub):
+            part = self.parts[sid]
+            for b in part.read_ids | part.write_ids:
+                sub |= writers.get(b, set())
+        kept = []
+        for d in old:
+            a, b = old_info[d.src].stage, old_info[d.dst].stage
+            if a in sub and b in sub:
+                continue
+            if a in self.rebuilt or b in self.rebuilt or a not in self.parts or \
+                    b not in self.parts:
+                continue
+            kept.append(d)
+        parts = [self.parts[sid] for sid in self.order if sid in sub]
+        stmts = [x for p in parts for x in p.statements]
+        times = timed_statements(base_entries(self.initial, stmts, self.order))
+        space = self.access.space
+        reads = union_all([m for p in parts for _x, _acc, m in p.per_read], space)
+        writes = union_all([m for p in parts for m in p.write_maps], space)
+        return kept + compute_dependences(times, reads, writes, self.info,
+                                          self.reduction_updates)
+
+    def moved(self, states, seeds: set[str]) -> set[str]:
+        """The stages whose placed statements may change when those of `seeds` do: a stage
+        computed at a loop of another is placed by that consumer's statements and over the
+        footprint of the statements that read it (see `placement.place`), so the stages
+        computed inside a moved stage and the stages a moved stage reads that are computed
+        somewhere move too, and so on. (Stages at root stay where they are.)"""
+        owner = {id(t): sid for sid, ts in self.outputs.items() for t in ts}
+        depends: dict[str, set[str]] = {}    # stage -> stages placed by its statements
+        for sid, st in states.items():
+            if st.attach is None:
+                continue
+            depends.setdefault(st.attach[0], set()).add(sid)
+        for sid, part in self.parts.items():
+            for b in part.read_ids:
+                src = owner.get(b)
+                if src is not None and src != sid and states[src].attach is not None:
+                    depends.setdefault(sid, set()).add(src)
+        out = set(seeds)
+        todo = list(seeds)
+        while todo:
+            for y in depends.get(todo.pop(), ()):
+                if y not in out:
+                    out.add(y)
+                    todo.append(y)
+        return out
+
+    def check(self, primitive: str, stage: str | None, states,
+              touching: set[str] | None = None) -> None:
+        """Raise IllegalScheduleError when `states` break a dependence of one of the
+        stages in `touching` (default: `stage`, named in the messages; every dependence
+        when both are None). Dependences of stages computed inside others are checked
+        between the copies that really communicate (see `expand_dependences`).
+
+        A caller may leave out the dependences whose stages keep their times: the
+        schedule was legal before its edit, so those keep their order."""
+        if touching is None and stage is not None:
+            touching = {stage}
         with timed(f"legality of {primitive}"):
-            pl = self.place(states)
-            times = timed_statements(pl.entries)
-            if not any(e.expand is not None for e in pl.entries):
-                check_legality(primitive, stage, times, self.deps, self.info,
-                               self.access.reads, self.access.writes)
+            if all(st.attach is None for st in states.values()):
+                self._check_at_root(primitive, stage, states, touching)
                 return
-            deps, info, reads, writes = expand_dependences(self, pl, states)
-            check_legality(primitive, stage, times, deps, info, reads, writes)
+            pl = self.place(states)
+            if not any(e.expand is not None for e in pl.entries):
+                check_legality(primitive, stage, timed_statements(pl.entries), self.deps,
+                               self.info, self.access.reads, self.access.writes, touching)
+                return
+            deps, info, reads, writes = expand_dependences(self, pl, states, touching)
+            # time maps of the statements checked only (placed statements have as many
+            # time dimensions as loops around them: making all of them cost a placed
+            # chain's edits the square of its depth); place() padded all to one width
+            used = {x for d in deps for x in (d.src, d.dst)}
+            times = timed_statements([e for e in pl.entries
+                                      if touching is None or e.stmt.name in used])
+            check_legality(primitive, stage, times, deps, info, reads, writes, touching)
             if any(L.threads for L in pl.locals):     # a GPU block's shared tiles
                 from ..polyhedral.races import check_races
 
                 check_races(self, pl, timed_statements(pl.entries + pl.barriers))
 
+    def _check_at_root(self, primitive: str, stage: str | None, states,
+                       touching: set[str] | None) -> None:
+        """`check` when no stage is computed inside another: every statement runs at root,
+        so its time depends on its own stage's state and position alone, and only the
+        statements of the stages checked and of their dependences need time maps (the
+        time maps of the whole program made every primitive cost the program's size).
+        Any other dependence keeps its order: its stages and their states are unchanged."""
+        deps = self.deps
+        if touching is not None:
+            deps = [d for d in deps if self.info[d.src].stage in touching
+                    or self.info[d.dst].stage in touching]
+        used = {d.src for d in deps} | {d.dst for d in deps}
+        stmts = [x for x in self.statements
+                 if x.name in used or touching is None or x.stage in touching]
+        times = timed_statements(base_entries(states, stmts, self.order))
+        if touching is None:
+            reads, writes = self.access.reads, self.access.writes
+        else:   # for the messages: the accesses of the statements checked
+            space = self.access.space
+            reads = union_all([m for x in stmts
+                               for m in self.stmt_reads.get(x.name, {}).values()], space)
+            writes = union_all([m for x in stmts
+                                for m in self.stmt_writes.get(x.name, {}).values()], space)
+        check_legality(primitive, stage, times, deps, self.info, reads, writes, touching)
 
-def expand_dependences(prog: Program, pl: Placement, states):
-    """The program's dependences between placed (expanded) statement instances.
+
+def expand_dependences(prog: Program, pl: Placement, states,
+                       touching: set[str] | None = None):
+    """The program's dependences between placed (expanded) statement instances (those of
+    the stages in `touching` when given), with the accesses of their statements.
 
     A copy of a stage computed at a consumer's loop writes a local buffer, so a dependence
     through that buffer links only copies in the same iteration of the loop (the same
@@ -168,6 +377,9 @@ def expand_dependences(prog: Program, pl: Placement, states):
                                           base.n_spatial + len(e.stmt.dims) - len(base.dims))
     out = []
     for d in prog.deps:
+        if touching is not None and prog.info[d.src].stage not in touching and \
+                prog.info[d.dst].stage not in touching:
+            continue
         a, b = by_orig[d.src], by_orig[d.dst]
         rel = d.rel
         if a.expand is not None:
@@ -182,13 +394,10 @@ def expand_dependences(prog: Program, pl: Placement, states):
         if rel.is_empty():
             continue
         out.append(Dependence(d.kind, a.stmt.name, b.stmt.name, rel, d.reduction))
-    space = prog.access.reads.get_space()
-    reads, writes = isl.UnionMap.empty(space), isl.UnionMap.empty(space)
-    for e in pl.entries:
-        for m in e.reads.values():
-            reads = reads.union(isl.UnionMap.from_map(m))
-        for m in e.writes.values():
-            writes = writes.union(isl.UnionMap.from_map(m))
+    used = {x for d in out for x in (d.src, d.dst)}
+    entries = [e for e in pl.entries if touching is None or e.stmt.name in used]
+    reads = union_all([m for e in entries for m in e.reads.values()], prog.access.space)
+    writes = union_all([m for e in entries for m in e.writes.values()], prog.access.space)
     return out, info, reads, writes
 
 
@@ -197,11 +406,36 @@ def _context(params: list[str], sizes: set[str]) -> isl.Set:
     return isl.Set(f"[{', '.join(params)}] -> {{ : {conds} }}")
 
 
-def build_program(schedule, initial_states: dict) -> Program:
-    """Buffers for every tensor, the statements of every stage and their accesses."""
+def build_program(schedule, prev: Program | None = None) -> Program:
+    """Buffers for every tensor, the statements of every stage and their accesses.
+
+    `prev` is the program of the same schedule before an edit of its computes or stages:
+    the part of each stage that the edit left alone (same compute and body, same domain,
+    same names for the buffers it touches) is taken from it instead of being rebuilt, and
+    the dependences are updated from its (`Program._updated_deps`). The result is the
+    program a build from scratch makes, up to the order of its dependences."""
     names, sizes = program_params(schedule)
     ptext = ", ".join(names)
-    params = {n: Var(n, int64) for n in names}
+    key = (ptext, frozenset(sizes))
+    if prev is not None and prev.key != key:
+        prev = None       # other parameters: every isl object has another space
+    stages = list(schedule.stages)
+    candidates: dict[str, StagePart] = {}
+    if prev is not None:
+        for st in stages:
+            part = prev.parts.get(st.id)
+            if part is not None and part.op is st.op and part.body is st.op.body and \
+                    st.state is not None and st.state.domain is part.domain and \
+                    st.state.spatial_domain is part.spatial_domain:
+                candidates[st.id] = part
+        # the dependences kept between stages rest on their declared order
+        if [sid for sid in prev.order if sid in candidates] != \
+                [st.id for st in stages if st.id in candidates]:
+            candidates = {}
+    params = prev.params if prev is not None else {n: Var(n, int64) for n in names}
+    context = prev.context if prev is not None else _context(names, sizes)
+    space = prev.access.space if prev is not None else \
+        isl.Set(f"[{ptext}] -> {{ : }}").get_space()
     used: set[str] = set()
 
     def fresh(n: str) -> str:
@@ -211,56 +445,134 @@ def build_program(schedule, initial_states: dict) -> Program:
         used.add(out)
         return out
 
-    def buffer(t) -> Buffer:
-        shape = tuple(simplify(substitute(x, params)) for x in t.shape)
-        return Buffer(fresh(t.name), shape, t.dtype)
+    def same_object(k: int, t) -> bool:
+        return prev is not None and prev.tensors.get(k) is t
 
     bufs: dict[int, Buffer] = {}
-    for t in list(schedule.placeholders) + [st.op.output for st in schedule.stages]:
-        bufs[id(t)] = buffer(t)
+    tensors: dict[int, object] = {}
+
+    def buffer(t) -> None:
+        name = fresh(t.name)
+        old = prev.bufs.get(id(t)) if same_object(id(t), t) else None
+        if old is None or old.name != name:
+            shape = tuple(simplify(substitute(x, params)) for x in t.shape)
+            old = Buffer(name, shape, t.dtype)
+        bufs[id(t)] = old
+        tensors[id(t)] = t
+
+    for t in list(schedule.placeholders) + [st.op.output for st in stages]:
+        buffer(t)
+    accs: dict[str, tuple] = {}
+    for st in stages:
+        part = candidates.get(st.id)
+        accs[st.id] = part.acc if part is not None else accumulator_buffers(st.op)
+        for t in accs[st.id]:
+            if id(t) not in bufs:
+                buffer(t)
+    names_of = {k: b.name for k, b in bufs.items()}
+    labels = {st.id: st.op.name for st in stages}
+    boxes: dict[int, isl.Set] = {}
+
+    def box(buf) -> isl.Set:
+        k = id(buf)
+        if k not in boxes:
+            old = prev.access.boxes.get(k) if same_object(k, buf) else None
+            if old is None or prev.bufs[k].name != names_of[k]:
+                old = buffer_box(names_of[k], bufs[k].shape, ptext)
+            boxes[k] = old
+        return boxes[k]
+
+    parts: dict[str, StagePart] = {}
+    rebuilt: set[str] = set()
     statements: list[Statement] = []
+    sites: list[CheckSite] = []
     info: dict[str, StatementInfo] = {}
     reduction_updates: set[str] = set()
-    for st in schedule.stages:
-        acc = accumulator_buffers(st.op)
-        for t in acc:
-            if id(t) not in bufs:
-                bufs[id(t)] = buffer(t)
-        mine = stage_statements(st.id, st.op, st.state, acc)
-        n_sp = len(st.op.axis)
-        for x in mine:
-            label = f"{st.op.name}.init" if x.is_init else st.op.name
-            info[x.name] = StatementInfo(st.id, label, x.dims, n_sp)
-            if x.name.endswith("_update") and len(mine) == 2:
-                reduction_updates.add(x.name)
-        statements.extend(mine)
-    debug_print(4, "isl domains", "\n".join(f"{x.name}: {x.domain}" for x in statements))
-    shapes = {k: b.shape for k, b in bufs.items()}
-    names_of = {k: b.name for k, b in bufs.items()}
-    labels = {st.id: st.op.name for st in schedule.stages}
-    context = _context(names, sizes)
-    statements, sites = insert_index_checks(statements, names_of, labels, ptext, context)
-    access = access_relations(statements, names_of, shapes, ptext)
-    outputs = {st.id: (st.op.output,) + tuple(t for t in accumulator_buffers(st.op)
-                                              if t is not st.op.output)
-               for st in schedule.stages}
-    prog = Program(names, sizes, ptext, params, context, bufs, statements, access,
-                   info, [st.id for st in schedule.stages], reduction_updates, initial_states,
-                   outputs, labels, sites)
-    for x, acc, m in access.per_read:
-        d = prog.stmt_reads.setdefault(x.name, {})
-        d[id(acc.buffer)] = d[id(acc.buffer)].union(m) if id(acc.buffer) in d else m
-    for x in statements:
-        d = prog.stmt_writes.setdefault(x.name, {})
-        for buf, idx in statement_writes(x):
-            if id(buf) in names_of:
-                m = access_map(x, buf, idx, (), ptext, names_of[id(buf)],
-                               access.boxes[id(buf)])
-                d[id(buf)] = d[id(buf)].union(m) if id(buf) in d else m
-    for st in schedule.stages:
-        if st.op.is_recurrence:
+    per_read: list = []
+    write_maps: list = []
+    stmt_reads: dict[str, dict[int, isl.Map]] = {}
+    stmt_writes: dict[str, dict[int, isl.Map]] = {}
+    for st in stages:
+        part = candidates.get(st.id)
+        if part is not None and ((part.sites and part.first_site != len(sites)) or
+                                 any(names_of.get(k) != n for k, n in part.buffers)):
+            part = None
+        if part is None:
+            part = _stage_part(st, accs[st.id], names_of, labels, ptext, context, box,
+                               len(sites))
+            rebuilt.add(st.id)
+        else:
+            for k in part.read_ids | part.write_ids:
+                if k in names_of:
+                    box(tensors[k])
+        parts[st.id] = part
+        statements.extend(part.statements)
+        sites.extend(part.sites)
+        info.update(part.info)
+        reduction_updates |= part.reduction_updates
+        per_read.extend(part.per_read)
+        write_maps.extend(part.write_maps)
+        stmt_reads.update(part.stmt_reads)
+        stmt_writes.update(part.stmt_writes)
+    if debug_level() >= 4:
+        debug_print(4, "isl domains", "\n".join(f"{x.name}: {x.domain}" for x in statements))
+    access = AccessRelations(per_read, boxes, write_maps, space)
+    outputs = {st.id: (st.op.output,) + tuple(t for t in accs[st.id] if t is not st.op.output)
+               for st in stages}
+    base = None
+    if prev is not None and prev._deps is not None and len(rebuilt) < len(stages):
+        base = (prev._deps, prev.info, prev.parts)
+    prog = Program(names, sizes, ptext, params, context, bufs, statements, access, info,
+                   [st.id for st in stages], reduction_updates,
+                   {sid: p.initial for sid, p in parts.items()}, outputs, labels, sites,
+                   stmt_reads, stmt_writes, parts, tensors, frozenset(rebuilt), key,
+                   _base=base)
+    for st in stages:
+        if st.id in rebuilt and st.op.is_recurrence:
             _check_recurrence(prog, st)
     return prog
+
+
+def _stage_part(st, acc: tuple, names_of: dict[int, str], labels: dict[str, str], ptext: str,
+                context: isl.Set, box, first_site: int) -> StagePart:
+    """The part of stage `st` in a program whose buffers are named `names_of`."""
+    initial = identity_state(st.id, st.op, ptext)
+    state = st.state if st.state is not None else initial
+    mine = stage_statements(st.id, st.op, state, acc)
+    n_sp = len(st.op.axis)
+    info: dict[str, StatementInfo] = {}
+    reduction_updates: set[str] = set()
+    for x in mine:
+        label = f"{st.op.name}.init" if x.is_init else st.op.name
+        info[x.name] = StatementInfo(st.id, label, x.dims, n_sp)
+        if x.name.endswith("_update") and len(mine) == 2:
+            reduction_updates.add(x.name)
+    mine, sites = insert_index_checks(mine, names_of, labels, ptext, context, first_site)
+    per_read: list = []
+    write_maps: list = []
+    stmt_reads: dict[str, dict[int, isl.Map]] = {}
+    stmt_writes: dict[str, dict[int, isl.Map]] = {}
+    read_ids: set[int] = set()
+    write_ids: set[int] = set()
+    for x in mine:
+        reads, writes = statement_accesses(x, names_of, box, ptext)
+        per_read.extend(reads)
+        d = stmt_reads.setdefault(x.name, {})
+        for _x, a, m in reads:
+            k = id(a.buffer)
+            d[k] = d[k].union(m) if k in d else m
+            read_ids.add(k)
+        d = stmt_writes.setdefault(x.name, {})
+        for buf, m in writes:
+            k = id(buf)
+            d[k] = d[k].union(m) if k in d else m
+            write_ids.add(k)
+            write_maps.append(m)
+    touched = _op_uses(st.op).reads | {id(t) for t in acc}
+    return StagePart(st.op, st.op.body, state.domain, state.spatial_domain, initial, acc,
+                     tuple((k, names_of.get(k)) for k in sorted(touched)),
+                     frozenset(read_ids), frozenset(write_ids), first_site, sites, mine,
+                     info, reduction_updates, per_read, write_maps, stmt_reads, stmt_writes)
 
 
 def _check_recurrence(prog: Program, st) -> None:

@@ -12,7 +12,7 @@ from ..ir.stmt import LoopKind
 from ..polyhedral.transform import (
     fuse_dims, loop_const_range, loop_extent_bound, reorder_dims, skew_dims, split_dim, tag_dim,
 )
-from ..ir.expr import Load
+from ..ir.expr import Load, Var
 from ..te.tensor import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor
 
 
@@ -119,7 +119,13 @@ class Stage:
         return name
 
     def _apply(self, new, data: Call, removed: tuple[str, ...] = (), check_all: bool = False,
-               renamed: dict[str, str] | None = None) -> None:
+               renamed: dict[str, str] | None = None, moves: bool = False) -> None:
+        """Keep `new` as this stage's state once it is checked. The check asks about the
+        dependences of the stages whose statements the change moves (this stage, and the
+        stages placed by its statements: `Program.moved`), or of every stage when
+        `check_all`; any other dependence keeps its order, as the schedule was legal before.
+        `moves` (compute_at, compute_root) names no stage in the messages, as a check of
+        the whole schedule does."""
         call = str(data)
         if self.inlined:
             raise ScheduleError(f"{data.prim}: stage {self.id} was inlined into its "
@@ -137,8 +143,10 @@ class Stage:
                         f"{st.attach[1]}, which this primitive removes; apply {call} before "
                         f"compute_at, or compute {sid} elsewhere first")
                 states[sid] = replace(st, attach=(self.id, target))
-                check_all = True
-        self.schedule.program.check(call, None if check_all else self.id, states)
+                moves = True
+        prog = self.schedule.program
+        touching = None if check_all else prog.moved(states, {self.id})
+        prog.check(call, None if check_all or moves else self.id, states, touching)
         for st in self.schedule.stages:
             st.state = states[st.id]
         for r in removed:
@@ -360,7 +368,7 @@ class Stage:
                                     "placement would be a cycle")
         new = replace(self.state, attach=(parent.id, loop),
                       trace=self.state.trace + (f"compute_at({parent.id}, {loop})",))
-        self._apply(new, Call("compute_at", (parent.id, loop)), check_all=True)
+        self._apply(new, Call("compute_at", (parent.id, loop)), moves=True)
 
     def no_sync(self) -> None:
         """Leave out the barriers around this shared stage's copy inside a GPU block (the
@@ -380,7 +388,7 @@ class Stage:
         if self.state.attach is None and not self.inlined:
             return
         new = replace(self.state, attach=None, trace=self.state.trace + ("compute_root()",))
-        self._apply(new, Call("compute_root"), check_all=True)
+        self._apply(new, Call("compute_root"), moves=True)
 
     def compute_inline(self) -> None:
         """Substitute this stage's expression into every stage that reads it; the stage
@@ -401,17 +409,18 @@ class Stage:
         if inside:
             raise ScheduleError(f"compute_inline: stage(s) {inside} are computed inside "
                                 f"{self.id}'s loops; compute them elsewhere first")
+        from .program import reads_tensor
+
         out = self.op.output
-        axis = [a.name for a in self.op.axis]
+        axis = [a.var for a in self.op.axis]
         body = self.op.body
+        # only the readers change; the others keep their computes (and so their parts of
+        # the isl program: see Schedule._edit)
+        readers = [st for st in sch.stages if st is not self and reads_tensor(st.op, out)]
 
         def edit():
-            for st in sch.stages:
-                if st is self:
-                    continue
-                new = _substitute_tensor(st.op.body, out, axis, body)
-                if new is not st.op.body:
-                    st.op = st.op.with_body(new)
+            for st in readers:
+                st.op = st.op.with_body(_substitute_tensor(st.op.body, out, axis, body))
             sch.stages.remove(self)
             self.inlined = True
 
@@ -497,8 +506,7 @@ class Schedule:
     """The stages of every compute reachable from the outputs, in dependence order."""
 
     def __init__(self, outputs: list[Tensor]):
-        from ..polyhedral.model import identity_state
-        from .program import build_program, program_params
+        from .program import build_program
 
         self.outputs = outputs
         self.trace: list[TraceEntry] = []
@@ -517,10 +525,9 @@ class Schedule:
             st = Stage(self, op, sid)
             self.stages.append(st)
             self._by_op[id(op)] = st
-        params = ", ".join(program_params(self)[0])
+        self.program = build_program(self)
         for st in self.stages:
-            st.state = identity_state(st.id, st.op, params)
-        self.program = build_program(self, {st.id: st.state for st in self.stages})
+            st.state = self.program.initial[st.id]
 
     def __getitem__(self, key) -> Stage:
         if isinstance(key, str):             # a stage id, as trace_text writes it
@@ -547,10 +554,19 @@ class Schedule:
                             f"{[st.id for st in self.stages]}")
 
     def _edit(self, data: Call, fn, stage: str = "") -> None:
-        """Change the stages (their computes or their list), rebuild the isl program and
-        check every stage under it; on any failure the schedule is left as it was."""
-        from ..polyhedral.model import identity_state
-        from .program import build_program, program_params
+        """Change the stages (their computes or their list), update the isl program and
+        check the stages the change touched under it; on any failure the schedule is left
+        as it was.
+
+        The program is built from the previous one (`build_program(..., prev)`): the stages
+        whose compute and state the edit left alone keep their statements, accesses and
+        dependences, and, while every stage is computed at root, the check asks only about
+        the dependences of the others: every dependence between two untouched stages kept
+        its order (the schedule was legal before the edit, and their states and relative
+        positions are the same). An edit thus costs what it changes, not the size of the
+        program. (A stage computed inside another is placed over what its readers read,
+        which an edit of their computes changes: then every dependence is checked.)"""
+        from .program import build_program
 
         call = f"{data}" if not stage else f"{data.prim}({stage})"
         saved = (list(self.stages), {id(st): (st.op, st.state, st.inlined)
@@ -558,14 +574,18 @@ class Schedule:
                  self.program)
         try:
             fn()
-            params = ", ".join(program_params(self)[0])
-            initial = {}
+            self.program = build_program(self, saved[3])
+            touched: set[str] | None = set(self.program.rebuilt)
             for st in self.stages:
-                initial[st.id] = identity_state(st.id, st.op, params)
                 if st.state is None:
-                    st.state = replace(initial[st.id], scope=st.cache_scope)
-            self.program = build_program(self, initial)
-            self.program.check(call, None, {st.id: st.state for st in self.stages})
+                    st.state = replace(self.program.initial[st.id], scope=st.cache_scope)
+                old = saved[1].get(id(st))
+                if old is None or old[1] is not st.state:
+                    touched.add(st.id)
+            if any(st.state.attach is not None for st in self.stages):
+                touched = None  # placements follow the computes they read: check them all
+            self.program.check(call, None, {st.id: st.state for st in self.stages},
+                               touching=touched)
         except BaseException:
             self.stages[:] = saved[0]
             self._by_op.clear()
@@ -665,7 +685,7 @@ def thread_axis(tag: str) -> ThreadAxis:
     return ThreadAxis(tag)
 
 
-def _substitute_tensor(body, tensor: Tensor, axis: list[str] | None, value):
+def _substitute_tensor(body, tensor: Tensor, axis: list[Var] | None, value):
     """`body` with loads of `tensor` replaced: by `value`'s tensor at the same indices (when
     `axis` is None), or by the expression `value` with its axes := the indices."""
     from ..ir.visit import map_expr, substitute
@@ -674,7 +694,13 @@ def _substitute_tensor(body, tensor: Tensor, axis: list[str] | None, value):
         if isinstance(e, Load) and e.buffer is tensor:
             if axis is None:
                 return Load(value, e.indices)
-            return substitute(value, dict(zip(axis, e.indices)))
+            if all(isinstance(i, Var) and i.name == a.name and i.dtype == a.dtype
+                   for i, a in zip(e.indices, axis)):
+                # read at its own point (a chain of elementwise stages): `value` as it is;
+                # substituting would copy it, and along a chain of n stages the copies
+                # grow to n^2 nodes
+                return value
+            return substitute(value, {a.name: i for a, i in zip(axis, e.indices)})
         return None
 
     return map_expr(body, fn)
