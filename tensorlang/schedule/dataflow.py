@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from ..errors import ScheduleError
 from ..ir.dtype import bool_, int32
-from ..ir.expr import Const, Load, ReduceVar, Var
+from ..ir.expr import Const, Load, ReduceVar, Select, Var
 from ..ir.visit import walk
 from ..te.tensor import ComputeOp, IterVar, Tensor
 from .schedule import Call, Schedule, Stage, _int_arg, _substitute_tensor
@@ -279,7 +279,11 @@ def rfactor(sch: Schedule, tensor, axis) -> Tensor:
     if not _is_true(w0):
         where = And(where, w0)
     where = substitute(where, sub)
-    rf_body = Reduce(body.combiner, src, tuple(others), where, 0, body.dtype)
+    if others:
+        rf_body = Reduce(body.combiner, src, tuple(others), where, 0, body.dtype)
+    else:       # the only reduce loop made data-parallel: each partial result is one value
+        ident = body.combiner.identity[0]
+        rf_body = src[0] if _is_true(where) else Select(where, src[0], ident)
     rf = ComputeOp(f"{st.op.name}_rf", (rv,) + sp, rf_body, body.dtype)
     sp2 = _fresh_axes(st.op)
     k2 = IterVar(ReduceVar(rv.name, int32), rv.extent, IterVar.REDUCE, rv.min)

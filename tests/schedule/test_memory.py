@@ -414,6 +414,26 @@ def test_rfactor_predicated_min_max_vectorised(reducer, ident):
         np.testing.assert_array_equal(c, ref)
 
 
+@pytest.mark.parametrize("n", [1, 7, 64])
+@pytest.mark.parametrize("reducer, ref", [(tl.sum, np.sum), (tl.max, np.max)])
+def test_rfactor_of_the_only_reduce_loop_leaves_no_reduction(n, reducer, ref):
+    # the partial results are the values themselves (an UnboundLocalError before: the
+    # factored stage had an init statement and no reduce axis)
+    A = tl.placeholder((3, n), name="A")
+    k = tl.reduce_axis((0, n), name="k")
+    C = tl.compute((3,), lambda i: reducer(A[i, k], axis=k, where=A[i, k] > 0.25), name="C")
+    s = tl.create_schedule(C)
+    R = s.rfactor(C, k)
+    assert not R.op.reduce_axis
+    s[R].parallel(R.op.axis[0])
+    f = tl.build(s, [A, C])
+    a = np.random.default_rng(n).random((3, n), dtype=np.float32)
+    c = np.zeros(3, np.float32)
+    f(a, c)
+    ident = 0.0 if reducer is tl.sum else -np.inf
+    np.testing.assert_allclose(c, ref(np.where(a > 0.25, a, ident), axis=1), rtol=1e-6)
+
+
 def test_rfactor_symbolic_extent_and_misuse():
     n = tl.var("n")
     A = tl.placeholder((n,), name="A")
