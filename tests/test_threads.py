@@ -1,4 +1,4 @@
-"""Thread safety as a property (README "Threads"): one Executor run from several threads at
+"""Thread safety as a property (docs/guide/threads.md): one Executor run from several threads at
 once gives every thread its own right answer; a kernel's failed index check reports the
 failing call's own index, whichever thread made it; an Executor keeps a bounded number of
 plans; fed numbers are checked against the Variable's dtype."""
