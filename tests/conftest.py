@@ -17,6 +17,53 @@ import tensorlang as tl
 SIZES = (1, 13, 300)
 
 
+# Tests of several seconds each, run in CI's second step (`pytest -m slow`) with the long
+# property runs and large sizes, so that the first step stays within 8 minutes on a 2-core
+# machine (`pytest --durations` picks them: each took 3-11 s there).
+SLOW_STEP = frozenset({
+    "tests/graph/test_fusion.py::test_random_row_graphs_match_numpy",
+    "tests/schedule/test_auto.py::test_auto_schedule_matmul_beats_the_declared_nest_and_prints_python",
+    "tests/cuda/test_nvptx.py::test_shared_tiles_and_barriers_in_ptx",
+    "tests/cuda/test_nvptx.py::test_every_gpu_schedule_compiles_to_ptx[sgemm]",
+    "tests/graph/test_executor_schedules.py::test_a_broken_log_line_or_a_record_that_does_not_replay_is_skipped",
+    "tests/schedule/test_auto.py::test_tuning_log_round_trips",
+    "tests/schedule/test_auto.py::test_sampled_row_sums_keep_one_or_two_vector_chains_and_match_numpy",
+    "tests/schedule/test_auto.py::test_an_isl_condition_true_as_an_integer_compiles",
+    "tests/test_tutorials.py::test_tutorial_runs[05_fast_matmul]",
+    "tests/cuda/test_cuda.py::test_generated_cuda_compiles_with_nvcc[sgemm]",
+    "tests/graph/test_executor_cuda.py::test_ops_run_with_gpu_schedules[batched_tb]",
+    "tests/schedule/test_auto.py::test_a_parallel_loop_is_never_a_batch_of_one",
+    "tests/graph/test_ops.py::test_forward_and_reverse_mode_agree[conv2d",
+    "tests/graph/test_executor.py::test_default_matmul_schedule_is_not_refused[1025-8-1030]",
+    "tests/graph/test_mlp_digits.py::test_mlp_reaches_95_percent",
+    "tests/graph/test_executor_cuda.py::test_reductions_run_across_the_threads_of_a_block[softmax-shape1]",
+    "tests/graph/test_search.py::test_search_with_measured_kernel_times",
+    "tests/test_deep.py::test_unbounded_recursion_is_a_clear_error",
+    "tests/cuda/test_cuda.py::test_the_race_a_refused_no_sync_names_is_real",
+    "tests/schedule/test_auto.py::test_seeds_are_measured_and_the_result_is_never_slower_than_them",
+    "tests/graph/test_optimize.py::test_conv_bn_folds_into_weights_and_one_bias[shape2-24]",
+    "tests/schedule/test_auto.py::test_cross_target_is_scheduled_by_the_model_alone",
+    "tests/graph/test_executor_cuda.py::test_every_gpu_kernel_binds_its_loops",
+    "tests/schedule/test_auto.py::test_the_default_executor_is_tuned_and_recorded_under_a_tuning_log",
+    "tests/graph/test_executor_schedules.py::test_an_unwritable_cache_folder_runs_without_a_log",
+    "tests/cuda/test_reduce_threads.py::test_rows_keeps_a_constant_row_in_shared_memory[64-4096-reverse]",
+    "tests/graph/test_executor_schedules.py::test_a_recorded_choice_is_read_back_without_searching",
+    "tests/graph/test_executor_schedules.py::test_a_measured_record_wins_over_the_models",
+    "tests/graph/test_executor_schedules.py::test_a_column_sum_takes_the_models_schedule_and_records_it",
+    "tests/graph/test_schedule_sizes.py::test_the_matmul_tile_stays_in_registers_at_awkward_sizes[True-127-24-4100]",
+    "tests/schedule/test_auto.py::test_tune_command_fills_a_log",
+    "tests/cuda/test_reduce_threads.py::test_rows_keeps_a_constant_row_in_shared_memory[64-4096-forward]",
+    "tests/schedule/test_lower.py::test_a_compute_at_buffer_is_allocated_once_per_iteration_of_its_loop[True]",
+    "tests/graph/test_executor.py::test_default_matmul_schedule_is_not_refused[2048-4-2048]",
+})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.nodeid in SLOW_STEP:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _host_described_as():
     """TL_TEST_HOST_AS=NAME describes this machine as the CPU NAME of tensorlang.cpus for the
