@@ -95,15 +95,35 @@ def array_cache_bytes() -> int | None:
     return int(mb * (1 << 20))
 
 
+_ON, _OFF = ("1", "on", "true", "yes"), ("0", "off", "false", "no")
+
+
+def flag(name: str, default: bool) -> bool:
+    """The on/off environment variable `name`: 1/on/true/yes or 0/off/false/no (any case);
+    unset or empty is `default`; anything else is a TensorlangError naming the variable (the
+    one parser of every TL_* switch)."""
+    v = os.environ.get(name, "").strip().lower()
+    if not v:
+        return default
+    if v in _ON:
+        return True
+    if v in _OFF:
+        return False
+    from .errors import TensorlangError
+
+    raise TensorlangError(f"{name} must be one of {'/'.join(_ON + _OFF)} (or unset), got "
+                          f"{os.environ[name]!r}")
+
+
 def fp_contract() -> bool:
-    """Whether a*b + c may become one fused multiply-add (TL_FP_CONTRACT, default 1)."""
-    return os.environ.get("TL_FP_CONTRACT", "1").strip() not in ("0", "off", "false", "no")
+    """Whether a*b + c may become one fused multiply-add (TL_FP_CONTRACT, default on)."""
+    return flag("TL_FP_CONTRACT", True)
 
 
 def stream_stores() -> bool:
     """Whether x86 kernels may store large outputs non-temporally (TL_STREAM_STORES,
-    default 1; `backends/llvm/stream.py` says when they do)."""
-    return os.environ.get("TL_STREAM_STORES", "1").strip() not in ("0", "off", "false", "no")
+    default on; `backends/llvm/stream.py` says when they do)."""
+    return flag("TL_STREAM_STORES", True)
 
 
 _FASTMATH: ContextVar[bool | None] = ContextVar("tl_fastmath", default=None)
@@ -117,7 +137,7 @@ def fastmath() -> bool:
     v = _FASTMATH.get()
     if v is not None:
         return v
-    return os.environ.get("TL_FASTMATH", "0").strip() not in ("0", "off", "false", "no", "")
+    return flag("TL_FASTMATH", False)
 
 
 def tune_log(default: str | None = None) -> str | None:
@@ -178,7 +198,7 @@ def l3_bytes_per_cycle() -> float | None:
 
 def strict() -> bool:
     """Whether a refused default schedule is an error instead of a fallback (TL_STRICT)."""
-    return os.environ.get("TL_STRICT", "0").strip() not in ("0", "off", "false", "no", "")
+    return flag("TL_STRICT", False)
 
 
 def debug_print(level: int, title: str, text: object = "") -> None:
@@ -195,3 +215,9 @@ def timed(name: str):
     yield
     if debug_level() >= 1:
         print(f"[tensorlang] {name}: {1e3 * (time.perf_counter() - t0):.2f} ms", file=sys.stderr)
+
+
+def libdevice_path() -> str | None:
+    """TL_LIBDEVICE: the libdevice bitcode the NVPTX backend links (else found under the
+    CUDA installation, `backends/cuda/nvptx.py`)."""
+    return os.environ.get("TL_LIBDEVICE") or None

@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 import tensorlang as tl
 from tensorlang.cli import main
@@ -45,3 +46,23 @@ def test_debug_levels_print_passes_loops_ir(monkeypatch, capsys):
     d = np.zeros(5)
     f(np.ones(5), d)
     assert (d == 4).all()
+
+
+@pytest.mark.parametrize("value, expected", [("", None), ("1", True), ("ON", True),
+                                             ("yes", True), ("0", False), ("off", False),
+                                             ("False", False), (" no ", False)])
+def test_every_switch_reads_its_value_one_way(monkeypatch, value, expected):
+    from tensorlang import config
+
+    for name, default in (("TL_FASTMATH", False), ("TL_STRICT", False),
+                          ("TL_FP_CONTRACT", True), ("TL_STREAM_STORES", True)):
+        monkeypatch.setenv(name, value)
+        assert config.flag(name, default) is (default if expected is None else expected)
+
+
+def test_a_switch_with_another_value_is_a_clear_error(monkeypatch):
+    from tensorlang import config
+
+    monkeypatch.setenv("TL_FASTMATH", "maybe")
+    with pytest.raises(tl.TensorlangError, match="TL_FASTMATH must be one of .* got 'maybe'"):
+        config.fastmath()

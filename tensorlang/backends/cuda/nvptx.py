@@ -29,7 +29,7 @@ import shutil
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from ...config import debug_print, timed
+from ...config import debug_print, libdevice_path, timed
 from ...errors import ScheduleError, TensorlangError
 from ...ir.expr import Call, Const, IndexCheck, Load
 from ...ir.stmt import joined_barriers, Allocate, Barrier, For, LoopKind, Seq, Stmt, Store
@@ -57,8 +57,8 @@ def needs_libdevice(e: Call) -> bool:
 def find_libdevice() -> str | None:
     """libdevice's bitcode: $TL_LIBDEVICE, or next to the CUDA toolkit (CUDA_HOME, CUDA_PATH,
     nvcc's folder, /usr/local/cuda*, Debian's nvidia-cuda-toolkit)."""
-    if os.environ.get("TL_LIBDEVICE"):
-        return os.environ["TL_LIBDEVICE"]
+    if libdevice_path():
+        return libdevice_path()
     roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
     nvcc = shutil.which("nvcc")
     if nvcc:
