@@ -23,7 +23,8 @@ import numpy as np
 
 from .errors import TensorlangError
 from .backends.llvm.aot import C_TYPES
-from .backends.llvm.codegen import ERROR_RECORD_LEN, error_record_name
+from .backends.abi import ERROR_RECORD_LEN, Status
+from .backends.llvm.codegen import error_record_name
 from .target import Target
 
 
@@ -93,7 +94,8 @@ def harness_source(f) -> str:
     lines.append(f"  int32_t status = {f.name}({', '.join(call)});")
     if low.checks:  # a failed index check: its record, for the error message
         rec = error_record_name(f.name)
-        lines += [f"  if (status == 3) for (int k = 0; k < {ERROR_RECORD_LEN}; k++)",
+        lines += [f"  if (status == {int(Status.INDEX)})",
+                  f"    for (int k = 0; k < {ERROR_RECORD_LEN}; k++)",
                   f'    printf("%lld\\n", (long long){rec}[k]);']
     written = sorted(_buffer_index(f, i) for i in f.written)
     for i in written:

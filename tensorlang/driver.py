@@ -6,6 +6,7 @@ import islpy as isl
 import numpy as np
 
 from .deep import deep
+from .backends.abi import Status
 from .config import timed
 from .errors import BoundsError, IndexBoundsError, TensorlangError
 from .schedule.lower import LoweredFunc, lower
@@ -89,9 +90,10 @@ class Module:
     def status_error(self, status: int, record) -> Exception:
         """The exception for a kernel's nonzero status; `record` is its error record (a
         sequence of int64, see `backends/llvm/codegen.py`), read and cleared by the caller."""
-        if status == 1:
+        if status == Status.NO_MEMORY:
             return MemoryError(f"{self.name}: a temporary buffer could not be allocated")
-        if status == 3 and record is not None and 0 < record[0] <= len(self.lowered.checks):
+        if status == Status.INDEX and record is not None and \
+                0 < record[0] <= len(self.lowered.checks):
             site = self.lowered.checks[record[0] - 1]
             value, extent = record[1], record[2]
             point = tuple(record[3:3 + len(site.axes)])

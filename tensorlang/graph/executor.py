@@ -27,6 +27,7 @@ from ..config import cache_dir, debug_print, strict, tune_budget, tune_log
 from ..schedule import auto
 from .cpu_schedules import conv_block, default_schedule, register_tile  # noqa: F401 (API)
 from ..backends import array_cache
+from ..backends.abi import Status
 from ..backends.runtime import aligned_empty
 from .nnops import conv2d_blocked_te
 from .fusion import ANCHORS, fuse, inline_members, reads_tensor
@@ -662,7 +663,7 @@ class Executor:
                 st.kernel(*[arrays[i] for i in st.inputs], arrays[st.output])
                 continue
             status, record = st.kernel.kernel.run(*ptrs)
-            if status == 1:
+            if status == Status.NO_MEMORY:
                 raise MemoryError(f"node {st.node.name}: a temporary buffer could not be "
                                   "allocated")
             if status != 0:

@@ -34,12 +34,12 @@ from ...ir.stmt import (
 from ...ir.visit import map_children, stmt_exprs, walk, walk_stmt
 from ...ir.unswitch import unswitch
 from ...polyhedral.placement import uses_buffer
+from ..abi import ERROR_RECORD_LEN, Status
 from ..llvm.vector import VectorContext
 
-ERROR_RECORD_LEN = 16
 MAX_GUARDED_UNROLL = 64         # loops over register arrays up to this bound are unrolled
 MAX_STATIC_SHARED = 48 * 1024   # bytes of __shared__ arrays a kernel may declare
-STATUS_INDEX = 3
+STATUS_INDEX = Status.INDEX
 
 C_TYPES = {"bool": "unsigned char", "int8": "signed char", "int16": "short", "int32": "int",
            "int64": "long long", "uint8": "unsigned char", "float16": "__half",

@@ -21,6 +21,7 @@ from ...ir.expr import (
 )
 from ...ir.stmt import Allocate, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store
 from ...ir.visit import free_vars, map_stmt, stmt_exprs, substitute, walk, walk_stmt
+from ..abi import ERROR_RECORD_LEN, Status
 from .alias import AliasScopes, kernel_buffers
 from .carry import carried_loads
 from .half import native_conversions
@@ -69,8 +70,7 @@ AOT_THREADS = -1  # `threads` of an object file's kernel: asks the runtime at ea
 
 # A failed index check stops the kernel with this status after writing, once per call, the
 # global `<kernel>_tl_error`: [site + 1, index, extent, the iteration's first values...]
-STATUS_INDEX = 3
-ERROR_RECORD_LEN = 16
+STATUS_INDEX = Status.INDEX
 
 
 RECORD_ENTRY = ".record"   # suffix of the entry that takes the record as its last argument
@@ -714,7 +714,7 @@ class FunctionCodegen(ArithCodegen):
         malloc = self._declare("malloc", ir.IntType(8).as_pointer(), [I64])
         raw = b.call(malloc, [b.add(size, ir.Constant(I64, 64))], name=f"{buf.name}.raw")
         with b.if_then(b.icmp_unsigned("==", raw, ir.Constant(raw.type, None)), likely=False):
-            self.return_status(1)
+            self.return_status(Status.NO_MEMORY)
         # aligned to a cache line (malloc promises 16 bytes; glibc's large blocks start 16
         # bytes into a page), so a 512-bit vector at a multiple of 16 elements reads one
         # line. Measured on a 2-core Zen 4 with the matmul's packed B at +16 bytes against
@@ -730,7 +730,7 @@ class FunctionCodegen(ArithCodegen):
     def finish(self) -> None:
         if self.streams:
             fence(self)
-        self.return_status(0)
+        self.return_status(Status.OK)
         with self.builder.goto_block(self.entry):
             self.builder.branch(self.fn.blocks[1])
 
@@ -748,7 +748,7 @@ def emit_function(module: ir.Module, name: str, buffers, params, body: Stmt,
     if refuse is not None:
         b = cg.builder
         with b.if_then(cg.expr(refuse), likely=False):
-            b.ret(ir.Constant(I32, 2))
+            b.ret(ir.Constant(I32, Status.BAD_SIZES))
     # isl's partial-tile tests inside a reduction loop: their conjunction is tested once
     # outside it (`hoist_tile_guards`: one copy of the loop without them). Hoisting each
     # test separately (`unswitch`, as the CUDA backend does) quadrupled awkward-size builds,
