@@ -403,7 +403,7 @@ class _Plan:
             return self.idle.pop()      # (atomic: list.pop and append hold the GIL)
         except IndexError:
             pass
-        arrays = [a if slot in self.constant_slots else _zeros_like(a)
+        arrays = [a if slot in self.constant_slots else _zeros(a.shape, a.dtype)
                   for slot, a in enumerate(self.arrays)]
         pointers = [None if st.pointers is None else [arrays[i].ctypes.data for i in
                                                       st.inputs + [st.output]]
@@ -424,9 +424,7 @@ class _Plan:
 
             self.arrays.append(gpuarray.zeros(shape, dtype))
         else:
-            a = aligned_empty(shape, dtype)       # (vectors of a row in one cache line)
-            a.fill(0)
-            self.arrays.append(a)
+            self.arrays.append(_zeros(shape, dtype))   # (a row's vectors: one cache line)
         return len(self.arrays) - 1
 
     def _set(self, slot: int, value: np.ndarray) -> None:
@@ -453,10 +451,11 @@ def _scalar_feed(var: Node, v) -> np.ndarray:
     return np.asarray(v, dt)
 
 
-def _zeros_like(a: np.ndarray) -> np.ndarray:
-    b = aligned_empty(a.shape, a.dtype)
-    b.fill(0)
-    return b
+def _zeros(shape, dtype) -> np.ndarray:
+    """A zeroed line-aligned array."""
+    a = aligned_empty(shape, dtype)
+    a.fill(0)
+    return a
 
 
 class _Buffers:

@@ -107,8 +107,8 @@ FAST_RANGE = 87.0        # |x| <= 87: n = round(x / ln 2) in [-126, 126], exp(x)
 
 
 def _reduced(b: ir.IRBuilder, x: ir.Value, declare, coeffs=POLY):
-    """(exp(r), n, the float type's 2^k builder) for x = n ln 2 + r, |r| <= ln 2 / 2:
-    the range reduction and polynomial both paths share."""
+    """(exp(r), n, the float type's 2^k builder, n as a float) for x = n ln 2 + r,
+    |r| <= ln 2 / 2: the range reduction and polynomial every path shares."""
     t = x.type
     m_ = _Math(b, t, declare)
     c, ci = m_.c, m_.ci
@@ -120,13 +120,13 @@ def _reduced(b: ir.IRBuilder, x: ir.Value, declare, coeffs=POLY):
 
     def pow2(k):
         return b.bitcast(b.shl(b.add(k, ci(127)), ci(23)), t)
-    return y, b.fptosi(nf, m_.it), pow2
+    return y, b.fptosi(nf, m_.it), pow2, nf
 
 
 def _exp_normal(b: ir.IRBuilder, x: ir.Value, declare) -> ir.Value:
     """exp(x) for |x| <= FAST_RANGE (no NaN, no overflow, no subnormal result): times 2^n
     built as one exponent field."""
-    y, n, pow2 = _reduced(b, x, declare)
+    y, n, pow2, _ = _reduced(b, x, declare)
     return b.fmul(y, pow2(n))
 
 
@@ -145,8 +145,7 @@ def _exp_scalef(b: ir.IRBuilder, x: ir.Value, declare, fast: bool) -> ir.Value:
     hi, lo = c(OVERFLOW + 1.0), c(UNDERFLOW - 1.0)
     xc = b.select(b.fcmp_ordered(">", x, hi), hi, x)
     xc = b.select(b.fcmp_ordered("<", xc, lo), lo, xc)
-    y, _, _ = _reduced(b, xc, declare, POLY[1:] if fast else POLY)
-    nf = m_.intrinsic("rint", b.fmul(xc, c(LOG2E)))      # (the same n as `_reduced`'s)
+    y, _, _, nf = _reduced(b, xc, declare, POLY[1:] if fast else POLY)
     t = x.type
     scale = declare("llvm.x86.avx512.mask.scalef.ps.512", t,
                     [t, t, t, ir.IntType(16), I32])
@@ -159,7 +158,7 @@ def _exp_full(b: ir.IRBuilder, x: ir.Value, declare, fast: bool) -> ir.Value:
     c = m_.c
     xc = m_.intrinsic("maxnum", m_.intrinsic("minnum", x, c(OVERFLOW + 1.0)),
                       c(UNDERFLOW - 1.0))
-    y, n, pow2 = _reduced(b, xc, declare, POLY[1:] if fast else POLY)
+    y, n, pow2, _ = _reduced(b, xc, declare, POLY[1:] if fast else POLY)
     n1 = b.ashr(n, m_.ci(1))
     y = b.fmul(b.fmul(y, pow2(n1)), pow2(b.sub(n, n1)))
     if fast:
