@@ -11,7 +11,7 @@ import numpy as np
 import tensorlang as tl
 
 from ..config import debug_print, strict
-from ..errors import ScheduleError
+from ..errors import ScheduleError, TensorlangError
 from ..ir.stmt import LoopKind
 from ..te.reduce import MINMAX_COMBINERS
 
@@ -68,19 +68,38 @@ def _fill(n: int, tile: int) -> float:
     return n / (-(-n // tile) * tile)
 
 
-def conv_columns(ow: int, regs: int) -> int | None:
+def conv_columns(ow: int, regs: int, one_fma_a_cycle: bool = False) -> int | None:
     """Output columns per tile of the channel-blocked conv2d, one vector of channels per
     column: a divisor of the output width, at most half the vector registers (LLVM keeps
     the overlapping input broadcasts of the unrolled kw loop in the other half). Beyond
-    that it spills: on Zen 4, 19, 20, 24 and 27 columns ran at 80 to 130 GFLOPS against 207
-    at 14; 28 (all registers but the weights, a broadcast and two spares, TVM's reg_n) was
-    level with 14 there, but on a 2-core AVX-512 Xeon (one process, alternating) 14 columns
-    ran 1.1-1.2x faster: 64->64 at 56^2 310-314 against 250-284 GFLOPS, 128->128 at 28^2
-    320 against 255. A partial last tile spills likewise. None when no such divisor reaches
-    4 columns."""
+    that it spills (19, 20, 24 and 27 columns: 0.4 to 0.8 of 14's speed), except at
+    `WIDE_CONV_COLUMNS`, all registers but the weights, a broadcast and two spares (TVM's
+    reg_n): every FMA then takes its broadcast from memory, one load per FMA. A core that
+    issues one FMA a cycle at the vector width (`one_fma_a_cycle`: Zen 4's 512-bit FMA in two
+    halves) has the loads to spare, and the wider tile halves the tiles' overhead (their
+    starts, the row buffer's stores): 1.04x at 56^2 64->64 and 28^2 128->128 there; a core
+    with two FMA pipes at the width (AVX-512 Xeons) is then load-bound, and 14 columns ran
+    1.1-1.2x faster there. A partial last tile spills likewise. None when no such divisor
+    reaches 4 columns."""
+    if one_fma_a_cycle and regs >= WIDE_CONV_COLUMNS + 4 and ow % WIDE_CONV_COLUMNS == 0:
+        return WIDE_CONV_COLUMNS
     ok = [d for d in range(1, min(ow, regs // 2) + 1) if ow % d == 0]
     best = max(ok, key=lambda d: (min(d, LATENCY_ACCUMULATORS), d), default=None)
     return best if best is not None and best >= 4 else None
+
+
+WIDE_CONV_COLUMNS = 28
+
+
+def _one_fma_a_cycle(t: tl.Target, dtype: str) -> bool:
+    """Whether `t`'s cores issue at most one FMA a cycle on vectors of `dtype` at the
+    target's width (its CPU model; a target without one counts as two)."""
+    try:
+        m = t.cpu_model
+    except TensorlangError:
+        return False
+    bits = t.vector_lanes(dtype) * np.dtype(dtype).itemsize * 8
+    return m.per_cycle(m.fma_pipes, bits) <= 1
 
 
 def conv_block(out_shape, w_shape, dtype: str, target: tl.Target | None = None):
@@ -96,7 +115,7 @@ def conv_block(out_shape, w_shape, dtype: str, target: tl.Target | None = None):
     lanes = t.vector_lanes(dtype)
     _, k, oh, ow = (int(x) for x in out_shape)
     reduction = int(np.prod([int(x) for x in w_shape[1:]]))
-    rn = conv_columns(ow, t.vector_registers)
+    rn = conv_columns(ow, t.vector_registers, _one_fma_a_cycle(t, dtype))
     if rn is None or k % lanes or reduction < SCATTER_REDUCTION or oh * ow > SCATTER_PLANE:
         return None
     mr, nv = register_tile(k, ow, dtype, t)
@@ -490,7 +509,8 @@ def _block_conv_channels(s: tl.Schedule, conv: tl.Tensor, blocked: tl.Tensor,
     taps = int(np.prod([int(r.extent.value) for r in red]))    # c * kh * kw
     flops = nb * kb * block * oh * ow * taps
     parallel = parallel or flops >= 1 << 16
-    rn = conv_columns(ow, _host().vector_registers) or min(ow, LATENCY_ACCUMULATORS)
+    rn = conv_columns(ow, _host().vector_registers, _one_fma_a_cycle(_host(), dtype)) \
+        or min(ow, LATENCY_ACCUMULATORS)
     rows_first = parallel and _rows_first(kb * block * taps * out.dtype.itemsize)
     for st in s.stages:
         name = st.op.name

@@ -269,6 +269,9 @@ def test_the_matmul_tile_stays_in_registers_at_awkward_sizes(monkeypatch, m, k, 
 
 AVX512 = tl.Target.parse("llvm -mcpu=x86-64-v4")
 AVX2 = tl.Target.parse("llvm -mcpu=x86-64-v3")
+ZEN4 = tl.Target.parse("llvm -mcpu=znver4")
+ZEN5 = tl.Target.parse("llvm -mcpu=znver5")
+SPR = tl.Target.parse("llvm -mcpu=sapphirerapids")
 
 
 @pytest.mark.parametrize("target,out_shape,w_shape,want", [
@@ -281,6 +284,12 @@ AVX2 = tl.Target.parse("llvm -mcpu=x86-64-v3")
     (AVX512, (1, 40, 56, 56), (40, 64, 3, 3), None),         # channels not whole vectors
     (AVX512, (1, 64, 57, 57), (64, 64, 3, 3), None),         # 19 columns: LLVM spills
     (AVX2, (1, 64, 56, 56), (64, 64, 3, 3), (8, 8)),
+    # one 512-bit FMA a cycle (two 256-bit halves): 28 columns where they divide the width
+    (ZEN4, (1, 64, 56, 56), (64, 64, 3, 3), (16, 28)),
+    (ZEN4, (1, 128, 28, 28), (128, 128, 3, 3), (16, 28)),
+    (ZEN4, (1, 256, 14, 14), (256, 256, 3, 3), (16, 14)),
+    (ZEN5, (1, 64, 56, 56), (64, 64, 3, 3), (16, 14)),       # two 512-bit FMA pipes
+    (SPR, (1, 64, 56, 56), (64, 64, 3, 3), (16, 14)),
 ])
 def test_conv_block_takes_the_channel_blocked_form_where_it_measured_faster(
         target, out_shape, w_shape, want):
@@ -315,6 +324,39 @@ def test_channel_blocked_conv2d_matches_numpy(n, c, k, stride, padding, epilogue
     feed = {x: xv, w: wv, b: bv} if epilogue else {x: xv, w: wv}
     (got,) = G.Executor([node]).run(feed)
     want = conv2d_ref(xv.astype("f8"), wv.astype("f8"), stride, padding)
+    if epilogue:
+        want = np.maximum(want + bv, 0)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * math.sqrt(c * 9))
+
+
+@pytest.mark.parametrize("wide", [False, True])
+@pytest.mark.parametrize("n,c,k,epilogue", [(28, 32, 32, True), (56, 32, 16, False),
+                                            (29, 32, 16, False)])
+def test_channel_blocked_conv2d_with_the_wide_tile_matches_numpy(
+        monkeypatch, wide, n, c, k, epilogue, rng):
+    """The 28-column tile (a core with one FMA a cycle at the width, `conv_columns`), on
+    any host: one tile per row (28), two (56), and a width it does not divide (29: the
+    usual rule's tile)."""
+    from tensorlang.graph.nnops import conv2d_ref
+
+    monkeypatch.setattr(CS, "_one_fma_a_cycle", lambda t, dtype: wide)
+    monkeypatch.setattr(E, "_KERNELS", type(E._KERNELS)())
+    x = G.Variable("x", (1, c, n, n), "float32")
+    w = G.Variable("w", (k, c, 3, 3), "float32")
+    b = G.Variable("b", (k, 1, 1), "float32")
+    node = G.conv2d(x, w, padding=1)
+    if epilogue:
+        node = G.relu(node + b)
+    regs = CS._host().vector_registers
+    want_cols = 28 if wide and n % 28 == 0 and regs >= 32 else None
+    if want_cols is not None and LANES == 16:
+        assert CS.conv_block((1, k, n, n), (k, c, 3, 3), "float32") == (16, 28)
+    xv = rng.standard_normal((1, c, n, n)).astype("f4")
+    wv = rng.standard_normal((k, c, 3, 3)).astype("f4")
+    bv = rng.standard_normal((k, 1, 1)).astype("f4")
+    feed = {x: xv, w: wv, b: bv} if epilogue else {x: xv, w: wv}
+    (got,) = G.Executor([node]).run(feed)
+    want = conv2d_ref(xv.astype("f8"), wv.astype("f8"), 1, 1)
     if epilogue:
         want = np.maximum(want + bv, 0)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * math.sqrt(c * 9))
