@@ -1,0 +1,392 @@
+"""Graph ops that imported models use beyond the hand-written layer set (`tensorlang.onnx`):
+constant padding, the general convolution (asymmetric pads, strides and dilations per axis,
+groups), pooling with padding, elementwise minimum/maximum/comparisons/select, erf, abs,
+casts and gathers along an axis. Each has its numpy reference, shape rule and TE definition
+as every op in `ops.OPS`; the gradients of the inference-only ones (general convolution and
+pooling, gather, comparisons) raise `NotImplementedError` naming the op.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import tensorlang as tl
+
+from . import shapes as S
+from .node import Node
+from .ops import _elementwise, _g, _read, _unbroadcast, register_op
+
+
+def _no_grad(op: str):
+    def grad(g, n):
+        raise NotImplementedError(f"the gradient of {op} is not implemented (an inference op "
+                                  "of imported models)")
+    return grad
+
+
+def _no_jvp(op: str):
+    def jvp(n, t):
+        raise NotImplementedError(f"the forward-mode derivative of {op} is not implemented")
+    return jvp
+
+
+# ------------------------------------------------------------------------- padding
+def _pad_shape(s, pads, value):
+    if len(pads) != len(s) or any(len(p) != 2 or p[0] < 0 or p[1] < 0 for p in pads):
+        raise ValueError(f"pads must be one non-negative (begin, end) pair per dimension, "
+                         f"got {pads}")
+    return tuple(d + a + b for d, (a, b) in zip(s, pads))
+
+
+def _pad_ref(x, pads, value):
+    return np.pad(x, pads, constant_values=value).astype(x.dtype)
+
+
+def _pad_te(ts, shapes, out, pads, value):
+    x, shp = ts[0], shapes[0]
+
+    def body(*i):
+        inside = [c for d, (a, _) in enumerate(pads) if a or pads[d][1]
+                  for c in (i[d] >= a, i[d] < a + shp[d])]
+        src = x[tuple(i[d] - a for d, (a, _) in enumerate(pads))]
+        return tl.if_then_else(tl.all(*inside), src, tl.const(value, x.dtype)) if inside \
+            else src
+    return tl.compute(out, body, name="out"), "elementwise"
+
+
+def _pad_grad(g, n):
+    x = n.inputs[0]
+    for d, (a, _) in enumerate(n.attr("pads")):
+        g = _g().slice(g, d, a, a + x.shape[d])
+    return [g]
+
+
+register_op("pad", _pad_ref, _pad_shape, _pad_grad,
+            lambda n, t: None if t[0] is None else pad(t[0], n.attr("pads"), 0.0), _pad_te)
+
+
+def pad(x, pads, value: float = 0.0):
+    """`x` with `pads[d] = (before, after)` elements of `value` around dimension d."""
+    pads = tuple((int(a), int(b)) for a, b in pads)
+    return _g().make("pad", (x,), pads=pads, value=float(value))
+
+
+# --------------------------------------------------------- the general convolution
+def _conv_geometry(x, w, strides, pads, dilations, groups):
+    if len(x) != 4 or len(w) != 4:
+        raise ValueError("conv takes x in NCHW and w in OIHW (4 dimensions each)")
+    if x[1] != w[1] * groups or w[0] % groups:
+        raise ValueError(f"x has {x[1]} channels, w expects {w[1]} per group in {groups} "
+                         f"groups of {w[0]} output channels")
+    out = [x[0], w[0]]
+    for d in range(2):
+        k = (w[2 + d] - 1) * dilations[d] + 1
+        o = (x[2 + d] + pads[d] + pads[2 + d] - k) // strides[d] + 1
+        if o < 1:
+            raise ValueError(f"a window of {k} does not fit in {x[2 + d]} (pads {pads})")
+        out.append(o)
+    return tuple(out)
+
+
+def _conv_ref(x, w, strides, pads, dilations, groups):
+    n, c, h, wd = x.shape
+    k, cg, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    _, _, oh, ow = _conv_geometry(x.shape, w.shape, strides, pads, dilations, groups)
+    out = np.zeros((n, k, oh, ow), np.result_type(x, w))
+    kg = k // groups
+    for g in range(groups):
+        xs = xp[:, g * cg:(g + 1) * cg]
+        for p in range(kh):
+            for q in range(kw):
+                win = xs[:, :, p * dilations[0]:p * dilations[0] + strides[0] * (oh - 1) + 1:
+                         strides[0],
+                         q * dilations[1]:q * dilations[1] + strides[1] * (ow - 1) + 1:
+                         strides[1]]
+                out[:, g * kg:(g + 1) * kg] += np.einsum(
+                    "nchw,oc->nohw", win, w[g * kg:(g + 1) * kg, :, p, q])
+    return out.astype(np.result_type(x, w))
+
+
+def _conv_te(ts, shapes, out, strides, pads, dilations, groups):
+    x, w = ts
+    (_, c, h, wd), (k, cg, kh, kw) = shapes
+    kg = k // groups
+    if any(pads):
+        xp = tl.compute((shapes[0][0], c, h + pads[0] + pads[2], wd + pads[1] + pads[3]),
+                        lambda a, b, y, z: tl.if_then_else(
+                            tl.all(y >= pads[0], y < h + pads[0], z >= pads[1],
+                                   z < wd + pads[1]),
+                            x[a, b, y - pads[0], z - pads[1]], tl.const(0.0, x.dtype)),
+                        name="xpad")
+    else:
+        xp = x
+    rc, rp, rq = (tl.reduce_axis((0, cg), "rc"), tl.reduce_axis((0, kh), "rp"),
+                  tl.reduce_axis((0, kw), "rq"))
+
+    def body(n, o, i, j):
+        ch = rc if groups == 1 else (o // kg) * cg + rc
+        return tl.sum(xp[n, ch, i * strides[0] + rp * dilations[0],
+                         j * strides[1] + rq * dilations[1]] * w[o, rc, rp, rq],
+                      axis=[rc, rp, rq])
+    return tl.compute(out, body, name="out"), "conv"
+
+
+register_op("conv", _conv_ref, _conv_geometry, _no_grad("conv"), _no_jvp("conv"), _conv_te)
+
+
+def conv(x, w, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), groups: int = 1):
+    """The general 2-D convolution (ONNX's Conv): NCHW input, OIHW weights of C/groups input
+    channels each, `pads` = (top, left, bottom, right). A conv with equal strides and
+    symmetric pads, no dilation and one group is `conv2d` (the executor's fast schedules)."""
+    strides, dilations = tuple(int(s) for s in strides), tuple(int(d) for d in dilations)
+    pads, groups = tuple(int(p) for p in pads), int(groups)
+    if groups == 1 and dilations == (1, 1) and strides[0] == strides[1] and \
+            len(set(pads)) == 1:
+        return _g().conv2d(x, w, stride=strides[0], padding=pads[0])
+    return _g().make("conv", (x, w), strides=strides, pads=pads, dilations=dilations,
+                     groups=groups)
+
+
+# ------------------------------------------------------------- pooling with padding
+def _pool_geometry(x, kind, kernel, strides, pads, count_pad, dilations=(1, 1)):
+    if len(x) != 4:
+        raise ValueError("pooling takes x in NCHW (4 dimensions)")
+    out = [x[0], x[1]]
+    for d in range(2):
+        k = (kernel[d] - 1) * dilations[d] + 1
+        o = (x[2 + d] + pads[d] + pads[2 + d] - k) // strides[d] + 1
+        if o < 1:
+            raise ValueError(f"a window of {k} does not fit in {x[2 + d]}")
+        out.append(o)
+    return tuple(out)
+
+
+def _pool_ref(x, kind, kernel, strides, pads, count_pad, dilations=(1, 1)):
+    fill = -np.inf if kind == "max" else 0.0
+    xp = np.pad(x.astype("f8"), ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])),
+                constant_values=fill)
+    ones = np.pad(np.ones(x.shape[2:]), ((pads[0], pads[2]), (pads[1], pads[3])))
+    _, _, oh, ow = _pool_geometry(x.shape, kind, kernel, strides, pads, count_pad, dilations)
+    out = np.empty((x.shape[0], x.shape[1], oh, ow))
+    dh, dw = dilations
+    for i in range(oh):
+        for j in range(ow):
+            sl = (slice(i * strides[0], i * strides[0] + (kernel[0] - 1) * dh + 1, dh),
+                  slice(j * strides[1], j * strides[1] + (kernel[1] - 1) * dw + 1, dw))
+            win = xp[:, :, sl[0], sl[1]]
+            if kind == "max":
+                out[:, :, i, j] = win.max(axis=(2, 3))
+            else:
+                cnt = kernel[0] * kernel[1] if count_pad else ones[sl].sum()
+                out[:, :, i, j] = win.sum(axis=(2, 3)) / cnt
+    return out.astype(x.dtype)
+
+
+def _pool_te(ts, shapes, out, kind, kernel, strides, pads, count_pad, dilations=(1, 1)):
+    x, (_, _, h, wd) = ts[0], shapes[0]
+    rp, rq = tl.reduce_axis((0, kernel[0]), "rp"), tl.reduce_axis((0, kernel[1]), "rq")
+
+    def at(i, j):
+        return (i * strides[0] + rp * dilations[0] - pads[0],
+                j * strides[1] + rq * dilations[1] - pads[1])
+
+    def inside(y, z):
+        return tl.all(y >= 0, y < h, z >= 0, z < wd)
+    if kind == "max":
+        def body(n, c, i, j):
+            y, z = at(i, j)
+            if not any(pads):
+                return tl.max(x[n, c, y, z], axis=[rp, rq])
+            return tl.max(x[n, c, y, z], axis=[rp, rq], where=inside(y, z))
+        return tl.compute(out, body, name="out"), "conv"
+
+    def total(n, c, i, j):
+        y, z = at(i, j)
+        if not any(pads):
+            return tl.sum(x[n, c, y, z], axis=[rp, rq])
+        return tl.sum(x[n, c, y, z], axis=[rp, rq], where=inside(y, z))
+    s = tl.compute(out, total, name="psum")
+    if count_pad or not any(pads):
+        return tl.compute(out, lambda *i: s[i] * (1.0 / (kernel[0] * kernel[1])),
+                          name="out"), "conv"
+    one = tl.const(1.0, x.dtype)
+    cnt = tl.compute(out[2:], lambda i, j: tl.sum(one, axis=[rp, rq], where=inside(*at(i, j))),
+                     name="pcount")          # the window's elements inside the input
+    return tl.compute(out, lambda n, c, i, j: s[n, c, i, j] / cnt[i, j], name="out"), "conv"
+
+
+register_op("pool", _pool_ref, _pool_geometry, _no_grad("pool"), _no_jvp("pool"), _pool_te)
+
+
+def pool(x, kind: str, kernel, strides=None, pads=(0, 0, 0, 0), count_pad: bool = False,
+         dilations=(1, 1)):
+    """Max or average pooling over NCHW windows of `kernel` = (kh, kw) (their taps
+    `dilations` apart) with `pads` = (top, left, bottom, right): max ignores the padding;
+    average divides by the window's elements inside the input unless `count_pad` (ONNX's
+    count_include_pad)."""
+    if kind not in ("max", "avg"):
+        raise tl.TensorlangError(f"pool: kind must be 'max' or 'avg', got {kind!r}")
+    kernel = tuple(int(k) for k in kernel)
+    strides = kernel if strides is None else tuple(int(s) for s in strides)
+    pads, dilations = tuple(int(p) for p in pads), tuple(int(d) for d in dilations)
+    return _g().make("pool", (x,), kind=kind, kernel=kernel, strides=strides, pads=pads,
+                     count_pad=bool(count_pad), dilations=dilations)
+
+
+# --------------------------------------------------- elementwise: min, max, select, ...
+def _binary(name, ref, fn, grad):
+    register_op(name, ref, lambda a, b: S.broadcast(a, b), grad, _no_jvp(name),
+                _elementwise(fn))
+
+
+def _pick(first: bool):
+    """The adjoints of minimum/maximum: g goes to the operand chosen (the first on ties)."""
+    def grad(g, n):
+        a, b = n.inputs
+        ge = _g().make("greater_equal" if first else "less_equal", (a, b))
+        return _unbroadcast([g * ge, g * (1.0 - ge)], n)
+    return grad
+
+
+_binary("maximum", lambda a, b: np.maximum(a, b), tl.maximum, _pick(True))
+_binary("minimum", lambda a, b: np.minimum(a, b), tl.minimum, _pick(False))
+
+_COMPARE = {"less": (np.less, lambda a, b: a < b),
+            "greater": (np.greater, lambda a, b: a > b),
+            "less_equal": (np.less_equal, lambda a, b: a <= b),
+            "greater_equal": (np.greater_equal, lambda a, b: a >= b)}
+for _name, (_np, _tl) in _COMPARE.items():
+    _binary(_name, lambda a, b, f=_np: f(a, b).astype(np.result_type(a, b)),
+            lambda a, b, f=_tl: tl.if_then_else(f(a, b), 1, 0).astype(
+                a.dtype if a.dtype.bits >= b.dtype.bits else b.dtype),
+            lambda g, n: [None, None])
+
+
+def _where_te(ts, shapes, out, **_):
+    def body(*i):
+        c, a, b = (_read(t, s, out, i) for t, s in zip(ts, shapes))
+        zero = tl.const(0, c.dtype)
+        return tl.if_then_else(c != zero, a.astype(_dtype(ts)), b.astype(_dtype(ts)))
+    return tl.compute(out, body, name="out"), "elementwise"
+
+
+def _dtype(ts):
+    a, b = ts[1].dtype, ts[2].dtype
+    return str(np.result_type(str(a), str(b)))
+
+
+register_op("where", lambda c, a, b: np.where(c != 0, a, b).astype(np.result_type(a, b)),
+            lambda c, a, b: S.broadcast(c, a, b),
+            lambda g, n: [None,
+                          _g().sum_like(_g().make("where", (n.inputs[0], g, 0.0)), n.inputs[1]),
+                          _g().sum_like(_g().make("where", (n.inputs[0], 0.0, g)), n.inputs[2])],
+            _no_jvp("where"), _where_te)
+
+
+def where(cond, a, b):
+    """`a` where `cond` is nonzero, else `b` (numpy broadcasting)."""
+    node = _g().make("where", (cond, a, b))
+    return _retyped(node, np.result_type(*[i.dtype for i in node.inputs[1:]]).name)
+
+
+def _retyped(node, dtype: str):
+    """`node` with another dtype (ops whose result type is not numpy's of all inputs)."""
+    if node.dtype == dtype:
+        return node
+    return Node(node.op, node.inputs, node.kwargs, node.shape, dtype, node.name)
+
+
+def maximum(a, b):
+    return _g().make("maximum", (a, b))
+
+
+def minimum(a, b):
+    return _g().make("minimum", (a, b))
+
+
+def compare(op: str, a, b):
+    """1 where `a op b` holds, else 0, in the operands' dtype (op: less, greater,
+    less_equal, greater_equal; `equal` is `G.equal`)."""
+    if op not in _COMPARE:
+        raise tl.TensorlangError(f"compare: op must be one of {sorted(_COMPARE)}, got {op!r}")
+    return _g().make(op, (a, b))
+
+
+def _erf_ref(x):
+    from math import erf
+    return np.vectorize(erf, otypes=[x.dtype])(x) if x.size else x.copy()
+
+
+register_op("erf", _erf_ref, lambda s: tuple(s),
+            lambda g, n: [g * (2.0 / np.sqrt(np.pi)) * _g().exp(-n.inputs[0] * n.inputs[0])],
+            _no_jvp("erf"), _elementwise(tl.erf))
+register_op("abs", np.abs, lambda s: tuple(s),
+            lambda g, n: [g * (_g().make("greater_equal", (n.inputs[0], 0.0)) * 2.0 - 1.0)],
+            _no_jvp("abs"), _elementwise(tl.abs))
+
+
+def erf(x):
+    return _g().make("erf", (x,))
+
+
+def abs(x):  # noqa: A001
+    return _g().make("abs", (x,))
+
+
+# ----------------------------------------------------------------------- casts
+_CASTS = ("float32", "float64", "int64")
+
+
+def _cast_te(ts, shapes, out, dtype):
+    x = ts[0]
+    return tl.compute(out, lambda *i: x[i].astype(dtype), name="out"), "elementwise"
+
+
+register_op("cast", lambda x, dtype: x.astype(dtype), lambda s, dtype: tuple(s),
+            lambda g, n: [cast(g, n.inputs[0].dtype)], _no_jvp("cast"), _cast_te)
+
+
+def cast(x, dtype: str):
+    """`x` converted to `dtype` (float32, float64 or int64; float to int truncates)."""
+    dtype = str(np.dtype(dtype))
+    if dtype not in _CASTS:
+        raise tl.TensorlangError(f"cast: dtype must be one of {_CASTS}, got {dtype}")
+    return _retyped(_g().make("cast", (x,), dtype=dtype), dtype)
+
+
+# ----------------------------------------------------------------------- gather
+def _gather_shape(x, idx, axis):
+    ax = S.axes(axis, len(x))[0]
+    return tuple(x[:ax]) + tuple(idx) + tuple(x[ax + 1:])
+
+
+def _gather_ref(x, idx, axis):
+    idx = np.where(idx < 0, idx + x.shape[axis], idx)
+    return np.take(x, idx.astype(np.int64), axis=axis)
+
+
+def _gather_te(ts, shapes, out, axis):
+    x, idx = ts
+    ax = S.axes(axis, len(shapes[0]))[0]
+    k = len(shapes[1])
+    n = shapes[0][ax]
+
+    def body(*i):
+        j = idx[i[ax:ax + k]] if k else idx[()]
+        j = tl.if_then_else(j < 0, j + n, j)
+        return x[i[:ax] + (j,) + i[ax + k:]]
+    return tl.compute(out, body, name="out"), "elementwise"
+
+
+register_op("gather", _gather_ref, _gather_shape, _no_grad("gather"), _no_jvp("gather"),
+            _gather_te)
+
+
+def gather(x, indices, axis: int = 0):
+    """numpy's take along `axis`: the elements of `x` at the int64 `indices` (negative ones
+    count from the end); an index out of range is the kernel's index error."""
+    node = _g().make("gather", (x, indices), axis=int(axis))
+    if node.inputs[1].dtype != "int64":
+        raise tl.TensorlangError(f"gather: indices must be int64, got {node.inputs[1].dtype}")
+    return _retyped(node, node.inputs[0].dtype)

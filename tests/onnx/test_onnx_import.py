@@ -1,0 +1,232 @@
+"""ONNX import (`tensorlang.onnx`): the API, errors, batch-norm folding, a BERT-style encoder
+with symbolic sizes, and a sample of ONNX's own node cases (all of them: the slow step)."""
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper as oh, numpy_helper  # noqa: E402
+
+import tensorlang as tl  # noqa: E402
+import tensorlang.graph as G  # noqa: E402
+import tensorlang.onnx as TO  # noqa: E402
+from tensorlang.onnx.conformance import in_scope_cases, ours, run_case  # noqa: E402
+
+
+def _init(name, a):
+    return numpy_helper.from_array(np.asarray(a), name)
+
+
+def _ort(model, feed):
+    s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return s.run(None, feed)
+
+
+def small_cnn(rng, n="N"):
+    """Conv -> BatchNormalization -> Relu -> MaxPool (padded) -> Flatten -> Gemm -> Softmax,
+    with a symbolic batch."""
+    nodes = [
+        oh.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], strides=[1, 1]),
+        oh.make_node("BatchNormalization", ["c", "g", "be", "mu", "var"], ["bn"],
+                     epsilon=1e-5),
+        oh.make_node("Relu", ["bn"], ["r"]),
+        oh.make_node("MaxPool", ["r"], ["p"], kernel_shape=[3, 3], strides=[2, 2],
+                     pads=[1, 1, 1, 1]),
+        oh.make_node("Flatten", ["p"], ["f"]),
+        oh.make_node("Gemm", ["f", "fw", "fb"], ["l"], transB=1),
+        oh.make_node("Softmax", ["l"], ["y"], axis=1),
+    ]
+    inits = [_init("w", rng.standard_normal((8, 3, 3, 3)).astype("f4") * 0.3),
+             _init("b", rng.standard_normal(8).astype("f4")),
+             _init("g", rng.uniform(0.5, 1.5, 8).astype("f4")),
+             _init("be", rng.standard_normal(8).astype("f4")),
+             _init("mu", rng.standard_normal(8).astype("f4")),
+             _init("var", rng.uniform(0.5, 2, 8).astype("f4")),
+             _init("fw", rng.standard_normal((10, 8 * 5 * 5)).astype("f4") * 0.1),
+             _init("fb", rng.standard_normal(10).astype("f4"))]
+    g = oh.make_graph(nodes, "cnn", [oh.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                               [n, 3, 9, 9])],
+                      [oh.make_tensor_value_info("y", TensorProto.FLOAT, [n, 10])], inits)
+    return oh.make_model(g, opset_imports=[oh.make_opsetid("", 13)])
+
+
+def test_from_onnx_gives_nodes_and_variables_matching_onnxruntime(rng):
+    model = small_cnn(rng)
+    outs, ins = TO.from_onnx(model, shapes={"N": 2})
+    assert [v.name for v in ins] == ["x"] and ins[0].shape == (2, 3, 9, 9)
+    xv = rng.standard_normal((2, 3, 9, 9)).astype("f4")
+    (got,) = G.Executor(outs).run({ins[0]: xv})
+    (want,) = _ort(model, {"x": xv})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_batch_norm_folds_into_the_convolution(rng):
+    outs, _ = TO.from_onnx(small_cnn(rng), shapes={"N": 1})
+    ops = [n.op for n in G.topological_order(outs)]
+    assert ops.count("conv2d") == 1
+    assert "sqrt" not in ops                # no batch norm left: its scale is in the weights
+
+
+def test_a_symbolic_size_left_open_is_a_variable_of_any_shape(rng):
+    g = oh.make_graph([oh.make_node("Relu", ["x"], ["r"]), oh.make_node("Add", ["r", "x"], ["y"])],
+                      "g", [oh.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+                      [oh.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])])
+    (y,), (x,) = TO.from_onnx(oh.make_model(g))
+    assert x.shape is None
+    xv = rng.standard_normal((5, 4)).astype("f4")
+    np.testing.assert_array_equal(G.Executor([y]).run({x: xv})[0], np.maximum(xv, 0) + xv)
+    # an operator that needs the size says how to give it
+    with pytest.raises(TO.ONNXImportError, match="shapes="):
+        TO.from_onnx(small_cnn(rng))
+
+
+def test_backend_runs_several_batch_sizes_from_one_prepare(rng):
+    model = small_cnn(rng)
+    rep = TO.Backend.prepare(model)
+    for n in (1, 3, 2):
+        xv = rng.standard_normal((n, 3, 9, 9)).astype("f4")
+        (got,) = rep.run([xv])
+        np.testing.assert_allclose(got, _ort(model, {"x": xv})[0], rtol=1e-4, atol=1e-6)
+    (got,) = rep.run({"x": xv})
+    assert got.shape == (2, 10)
+
+
+def bert_layer(rng, d=32, heads=4, ff=64):
+    """A BERT-style encoder layer with symbolic batch and sequence: attention (MatMul,
+    Reshape with shapes computed from Shape, Transpose, Softmax), residuals, LayerNorm, a
+    GELU feed-forward (Erf)."""
+    hd = d // heads
+    W = {k: _init(k, rng.standard_normal(s).astype("f4") * 0.2) for k, s in (
+        ("wq", (d, d)), ("wk", (d, d)), ("wv", (d, d)), ("wo", (d, d)), ("w1", (d, ff)),
+        ("w2", (ff, d)))}
+    B = {k: _init(k, rng.standard_normal(s).astype("f4") * 0.1) for k, s in (
+        ("bq", (d,)), ("b1", (ff,)), ("g1", (d,)), ("be1", (d,)), ("g2", (d,)), ("be2", (d,)))}
+    c = {"heads_shape": _init("heads_shape", np.array([heads, hd], np.int64)),
+         "zero": _init("zero", np.array([0], np.int64)),
+         "two": _init("two", np.array([2], np.int64)),
+         "dshape": _init("dshape", np.array([d], np.int64)),
+         "scale": _init("scale", np.array(1 / np.sqrt(hd), np.float32)),
+         "half": _init("half", np.array(0.5, np.float32)),
+         "one": _init("one", np.array(1.0, np.float32)),
+         "rsqrt2": _init("rsqrt2", np.array(1 / np.sqrt(2), np.float32))}
+    n = oh.make_node
+    nodes = [
+        n("Shape", ["x"], ["xs"]), n("Slice", ["xs", "zero", "two"], ["bs"]),
+        n("Concat", ["bs", "heads_shape"], ["hshape"], axis=0),
+        n("Concat", ["bs", "dshape"], ["dshape2"], axis=0),
+        n("MatMul", ["x", "wq"], ["q0"]), n("Add", ["q0", "bq"], ["q1"]),
+        n("MatMul", ["x", "wk"], ["k1"]), n("MatMul", ["x", "wv"], ["v1"]),
+        n("Reshape", ["q1", "hshape"], ["q2"]), n("Reshape", ["k1", "hshape"], ["k2"]),
+        n("Reshape", ["v1", "hshape"], ["v2"]),
+        n("Transpose", ["q2"], ["q"], perm=[0, 2, 1, 3]),
+        n("Transpose", ["k2"], ["kt"], perm=[0, 2, 3, 1]),
+        n("Transpose", ["v2"], ["v"], perm=[0, 2, 1, 3]),
+        n("MatMul", ["q", "kt"], ["s0"]), n("Mul", ["s0", "scale"], ["s1"]),
+        n("Softmax", ["s1"], ["p"], axis=-1), n("MatMul", ["p", "v"], ["a0"]),
+        n("Transpose", ["a0"], ["a1"], perm=[0, 2, 1, 3]),
+        n("Reshape", ["a1", "dshape2"], ["a2"]), n("MatMul", ["a2", "wo"], ["a3"]),
+        n("Add", ["a3", "x"], ["r1"]),
+        n("LayerNormalization", ["r1", "g1", "be1"], ["h1"], axis=-1, epsilon=1e-5),
+        n("MatMul", ["h1", "w1"], ["f0"]), n("Add", ["f0", "b1"], ["f1"]),
+        n("Mul", ["f1", "rsqrt2"], ["f2"]), n("Erf", ["f2"], ["f3"]),
+        n("Add", ["f3", "one"], ["f4"]), n("Mul", ["f1", "f4"], ["f5"]),
+        n("Mul", ["f5", "half"], ["f6"]), n("MatMul", ["f6", "w2"], ["f7"]),
+        n("Add", ["f7", "h1"], ["r2"]),
+        n("LayerNormalization", ["r2", "g2", "be2"], ["y"], axis=-1, epsilon=1e-5),
+    ]
+    g = oh.make_graph(nodes, "bert", [oh.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["batch", "seq", d])], [oh.make_tensor_value_info(
+            "y", TensorProto.FLOAT, ["batch", "seq", d])],
+        list(W.values()) + list(B.values()) + list(c.values()))
+    return oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
+
+
+def test_a_bert_style_encoder_matches_onnxruntime_at_several_sizes(rng):
+    model = bert_layer(rng)
+    rep = TO.Backend.prepare(model)
+    for b, s in ((1, 8), (2, 5), (3, 1), (1, 13)):
+        xv = rng.standard_normal((b, s, 32)).astype("f4")
+        (got,) = rep.run([xv])
+        np.testing.assert_allclose(got, _ort(model, {"x": xv})[0], rtol=1e-4, atol=1e-5)
+
+
+# ------------------------------------------------------------------------- errors
+def test_an_unsupported_operator_is_named_with_its_node_and_the_supported_list():
+    node = oh.make_node("Einsum", ["a", "b"], ["y"], name="contract", equation="ij,jk->ik")
+    g = oh.make_graph([node], "g", [oh.make_tensor_value_info("a", TensorProto.FLOAT, [2, 2]),
+                                    oh.make_tensor_value_info("b", TensorProto.FLOAT, [2, 2])],
+                      [oh.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])])
+    with pytest.raises(TO.UnsupportedOperatorError) as e:
+        TO.from_onnx(oh.make_model(g))
+    msg = str(e.value)
+    assert "Einsum" in msg and "contract" in msg and "Conv" in msg and "MatMul" in msg
+    assert isinstance(e.value, tl.TensorlangError)
+
+
+def test_unreadable_models_are_clear_errors(tmp_path, rng):
+    data = small_cnn(rng).SerializeToString()
+    for bad in (data[: len(data) // 2], b"not a model"):
+        with pytest.raises(TO.ONNXImportError, match="from_onnx"):
+            TO.from_onnx(bad)
+    with pytest.raises(TO.ONNXImportError, match="no such file"):
+        TO.from_onnx(str(tmp_path / "missing.onnx"))
+    with pytest.raises(TO.ONNXImportError, match="ModelProto, bytes or a path"):
+        TO.from_onnx(42)
+    p = tmp_path / "m.onnx"
+    p.write_bytes(data)
+    outs, ins = TO.from_onnx(str(p), shapes={"N": 1})
+    assert outs[0].shape == (1, 10)
+
+
+def test_wrong_inputs_are_clear_errors(rng):
+    rep = TO.Backend.prepare(small_cnn(rng, n=2))
+    x = rng.standard_normal((2, 3, 9, 9)).astype("f4")
+    with pytest.raises(tl.TensorlangError, match="takes 1 input"):
+        rep.run([x, x])
+    with pytest.raises(tl.TensorlangError, match="missing input"):
+        rep.run({})
+    with pytest.raises(tl.TensorlangError, match="unknown input"):
+        rep.run({"x": x, "z": x})
+    with pytest.raises(tl.TensorlangError, match="fixed dimension"):
+        rep.run([rng.standard_normal((3, 3, 9, 9)).astype("f4")])
+    with pytest.raises(tl.TensorlangError, match="float16"):
+        rep.run([x.astype("f2")])
+    with pytest.raises(tl.TensorlangError, match="model declares float32"):
+        rep.run([x.astype("f8")])
+
+
+# ------------------------------------------------------------ ONNX's own node cases
+SAMPLE_OPS = ("Relu", "Conv", "MaxPool", "AveragePool", "Gemm", "Softmax", "Reshape",
+              "Transpose", "Concat", "Gather", "Where", "Clip", "ReduceMean", "Slice",
+              "LayerNormalization", "BatchNormalization", "Erf", "Expand", "Pad", "Cast")
+
+
+def _cases(ops=None):
+    return [pytest.param(c, id=c.name) for c in in_scope_cases(ops)]
+
+
+@pytest.mark.parametrize("case", _cases(SAMPLE_OPS)[::4])
+def test_onnx_node_cases_sample(case):
+    kind, detail = run_case(case)
+    assert kind in ("match", "refused"), f"{case.name}: {kind}: {detail}"
+    if kind == "refused":
+        assert detail.strip(), case.name        # the refusal says why
+
+
+@pytest.mark.slow
+def test_every_onnx_node_case_in_scope_matches_or_is_refused_clearly():
+    counts = {"match": 0, "refused": 0}
+    bad = []
+    matched_ours = total_ours = 0
+    for c in in_scope_cases():
+        kind, detail = run_case(c)
+        if kind in counts:
+            counts[kind] += 1
+        else:
+            bad.append(f"{c.name}: {kind}: {detail}")
+        if ours(c):
+            total_ours += 1
+            matched_ours += kind == "match"
+    assert not bad, "\n".join(bad)
+    assert matched_ours >= 0.95 * total_ours, (matched_ours, total_ours)
