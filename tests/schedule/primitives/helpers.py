@@ -138,18 +138,42 @@ def allocations(f) -> dict[str, tuple]:
     return out
 
 
-def assert_computes(s, args, cases, rtol=1e-5):
-    """The built kernel and the interpreter (running the lowered nest) both give `want` for
-    each `(inputs, want)` of `cases`; the output starts as NaN (or -1), so an element that
-    the schedule leaves unwritten fails."""
-    f = tl.build(s, args)
+def assert_computes(s, args, cases, rtol=1e-5, llvm=True):
+    """The interpreter (running the lowered nest) and, unless `llvm` is False, the built
+    kernel both give `want` for each `(inputs, want)` of `cases`; the output starts as NaN
+    (or -1), so an element that the schedule leaves unwritten fails."""
     low = tl.lower(s, args)
+    runs = [("interpreter", lambda *a: run_lowered(low, list(a)))]
+    if llvm:
+        runs.append(("llvm", tl.build(s, args)))
     for ins, want in cases:
-        for name, run in (("llvm", f), ("interpreter", lambda *a: run_lowered(low, list(a)))):
+        for name, run in runs:
             fill = np.nan if want.dtype.kind == "f" else -1
             out = np.full(want.shape, fill, want.dtype)
             run(*ins, out)
             np.testing.assert_allclose(out, want, rtol=rtol, err_msg=name)
+
+
+def vadd_cases(sizes=(1, 7, 8, 28)):
+    """(inputs, expected) of vadd at sizes 1, a prime and multiples of 4 and 7."""
+    return [([a], a * 2 + 1) for a in (RNG.random(n, dtype=np.float32) for n in sizes)]
+
+
+def matmul_cases(sizes=((1, 1), (7, 5), (8, 3), (13, 11))):
+    """(inputs, expected) of matmul: n and m 1, primes, and multiples of 2 and 4."""
+    out = []
+    for n, m in sizes:
+        a, b = RNG.random((n, m), dtype=np.float32), RNG.random((m, n), dtype=np.float32)
+        out.append(([a, b], a @ b))
+    return out
+
+
+def grid_cases(sizes=((1, 1), (7, 5), (8, 6), (13, 4))):
+    out = []
+    for n, m in sizes:
+        x = RNG.standard_normal((n, m))
+        out.append(([x], grid_ref(x)))
+    return out
 
 
 def assert_replays(s, args, make):
@@ -189,3 +213,16 @@ def assert_refused_with_witness(s, apply, prim: str, stage: str):
         if loops:
             assert "loops " + ", ".join(f"{k}={v}" for k, v in loops.items()) in msg, (msg, w)
     return w
+
+
+def prefix_cases(sizes=(1, 7, 8, 20)):
+    return [([x], np.cumsum(x)) for x in (RNG.standard_normal(n) for n in sizes)]
+
+
+def blur_cases(sizes=(1, 5, 8, 13)):
+    out = []
+    for n in sizes:
+        a = RNG.random((n + 2, n), dtype=np.float32)
+        b = a * 2 + 1
+        out.append(([a], b[:-2] + b[1:-1] + b[2:]))
+    return out

@@ -5,7 +5,10 @@ import pytest
 
 import tensorlang as tl
 
-from .helpers import vadd
+from .helpers import assert_computes, vadd, vadd_cases
+
+
+
 
 
 def test_bind_tags_loops_and_prints_them():
@@ -73,3 +76,13 @@ def test_cpu_targets_refuse_bound_loops():
     s[B].bind(B.op.axis[0], "threadIdx.x")
     with pytest.raises(tl.TensorlangError, match="bound to a GPU index"):
         tl.build(s, [A, B])
+
+
+@pytest.mark.parametrize("threads", [1, 4, 7])
+def test_bound_loops_match_numpy_in_the_interpreter(threads):
+    A, B = vadd()
+    s = tl.create_schedule(B)
+    bo, bi = s[B].split(B.op.axis[0], factor=threads)
+    s[B].bind(bo, "blockIdx.x")
+    s[B].bind(bi, "threadIdx.x")
+    assert_computes(s, [A, B], vadd_cases(), llvm=False)    # CPU targets refuse bound loops

@@ -9,6 +9,9 @@ import tensorlang as tl
 from .helpers import allocations, matmul_nmk
 
 
+
+
+
 @pytest.mark.parametrize("shape", [(64, 48, 40), (37, 29, 13), (1, 1, 1)])
 def test_matmul_cache_write_compute_at_and_cache_read(shape):
     N, M, K = shape

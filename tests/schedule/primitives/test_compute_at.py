@@ -5,7 +5,13 @@ import pytest
 
 import tensorlang as tl
 
-from .helpers import allocations, blur, check_blur
+from .helpers import (
+    allocations, assert_computes, assert_refused_with_witness, assert_replays, blur, blur_cases,
+    check_blur, prefix_sum,
+)
+
+
+
 
 
 @pytest.mark.parametrize("level", ["root", "tile", "row", "x_inner"])
@@ -264,3 +270,31 @@ def test_blur_stages_at_strided_loops_match_numpy_at_any_sizes():
         np.testing.assert_allclose(got, b[:-2] + b[1:-1] + b[2:], rtol=1e-5, atol=1e-5)
 
     check()
+
+
+# ------------------------------------------- the interpreter, the witness, the replay
+@pytest.mark.parametrize("level", ["tile", "row"])
+def test_compute_at_matches_numpy_and_the_interpreter(level):
+    A, B, C = blur(tl.var("n"))
+    s = tl.create_schedule(C)
+    yo, xo, yi, xi = s[C].tile(*C.op.axis, 4, 3)
+    s[B].compute_at(s[C], xo if level == "tile" else yi)
+    assert_computes(s, [A, C], blur_cases())     # 1, 5, 8, 13 against tiles of 4 x 3
+
+
+def test_compute_at_of_a_recurrence_names_the_iteration_that_reads_outside():
+    x, y = prefix_sum()
+    Q = tl.compute(y.shape, lambda i: y[i] * 2.0, name="Q")
+    s = tl.create_schedule(Q)
+    w = assert_refused_with_witness(s, lambda: s[y].compute_at(s[Q], Q.op.axis[0]),
+                                    "compute_at", "y")
+    assert w.sink == {"i": 1}       # y[1] reads y[0], computed in another iteration of i
+    assert s[y].state.attach is None
+
+
+def test_compute_at_replays():
+    A, B, C = blur(tl.var("n"))
+    s = tl.create_schedule(C)
+    yo, xo, yi, xi = s[C].tile(*C.op.axis, 16, 32)
+    s[B].compute_at(s[C], xo)
+    assert_replays(s, [A, C], lambda: blur(tl.var("n"))[::2])

@@ -5,6 +5,8 @@ import pytest
 
 import tensorlang as tl
 
+from .helpers import assert_computes, assert_replays
+
 
 def test_compute_inline_and_root():
     n = tl.var("n")
@@ -52,3 +54,31 @@ def test_primitives_on_an_inlined_stage_are_refused():
                  lambda: s[P].parallel(P.op.axis[0])):
         with pytest.raises(tl.ScheduleError, match="inlined"):
             prim()
+
+
+# ------------------------------------------------- the interpreter, the replay
+def _reversed_reader():
+    n = tl.var("n")
+    A = tl.placeholder((n,), name="A")
+    B = tl.compute((n,), lambda i: A[i] + 1.0, name="B")
+    C = tl.compute((n,), lambda i: B[i] * B[i] + B[n - 1 - i], name="C")
+    return A, B, C
+
+
+def test_compute_inline_matches_numpy_and_the_interpreter():
+    A, B, C = _reversed_reader()
+    s = tl.create_schedule(C)
+    s[B].compute_inline()
+    s[C].split(C.op.axis[0], factor=4)
+    cases = [([a], (a + 1) ** 2 + (a + 1)[::-1])
+             for a in (np.random.default_rng(n).random(n, dtype=np.float32) for n in (1, 7, 8))]
+    assert_computes(s, [A, C], cases)
+
+
+def test_compute_inline_replays():
+    # substitution reorders nothing, so compute_inline has no witness to give: its
+    # refusals are the misuse above
+    A, B, C = _reversed_reader()
+    s = tl.create_schedule(C)
+    s[B].compute_inline()
+    assert_replays(s, [A, C], lambda: _reversed_reader()[::2])

@@ -5,7 +5,13 @@ import pytest
 
 import tensorlang as tl
 
-from .helpers import RNG, allocations, blur, check_blur, matmul, run_matmul
+from .helpers import (
+    allocations, assert_computes, assert_refused_with_witness, assert_replays, blur, check_blur,
+    grid, grid_ref, matmul, RNG, run_matmul,
+)
+
+
+
 
 
 def test_fuse_constant_and_after_split():
@@ -61,3 +67,33 @@ def test_fuse_of_an_attach_loop_is_refused():
     s[B].compute_at(s[C], C.op.axis[0])
     with pytest.raises(tl.ScheduleError, match="computed at loop y"):
         s[C].fuse(*C.op.axis)
+
+
+# ------------------------------------------- the interpreter, the witness, the replay
+def test_fuse_of_a_recurrence_matches_numpy_and_the_interpreter():
+    x, u = grid(m=5)
+    s = tl.create_schedule(u)
+    f = s[u].fuse("i", "j")
+    s[u].split(f, factor=3)
+    cases = [([x], grid_ref(x)) for x in (RNG.standard_normal((n, 5)) for n in (1, 7, 12))]
+    assert_computes(s, [x, u], cases, rtol=1e-12)
+
+
+def test_fused_loop_names_the_witness_of_a_refused_parallel():
+    x, u = grid(m=5)
+    s = tl.create_schedule(u)
+    f = s[u].fuse("i", "j")
+    w = assert_refused_with_witness(s, lambda: s[u].parallel(f), "parallel", "u")
+    for point, loops in ((w.source, w.source_loops), (w.sink, w.sink_loops)):
+        assert loops == {"i.j.fused": point["i"] * 5 + point["j"]}, w
+
+
+def test_fuse_replays():
+    def make():
+        X = tl.placeholder((5, 7), name="X")
+        return X, tl.compute((5, 7), lambda i, j: X[i, j] + 1.0, name="Y")
+
+    X, Y = make()
+    s = tl.create_schedule(Y)
+    s[Y].split(s[Y].fuse(*Y.op.axis), factor=8)
+    assert_replays(s, [X, Y], make)

@@ -8,6 +8,9 @@ import tensorlang as tl
 from .helpers import matmul_nmk
 
 
+
+
+
 @pytest.mark.parametrize("shape", [(37, 45, 23), (16, 32, 8), (1, 1, 1)])
 def test_pack_matmul_operand_into_blocks(shape):
     N, M, K = shape

@@ -5,7 +5,13 @@ import pytest
 
 import tensorlang as tl
 
-from .helpers import RNG, matmul, run_matmul, vadd
+from .helpers import (
+    assert_computes, assert_refused_with_witness, assert_replays, grid, matmul, matmul_cases,
+    RNG, run_matmul, vadd,
+)
+
+
+
 
 
 def test_parallel_runs_on_the_pool():
@@ -54,3 +60,32 @@ def test_parallel_misuse_names_the_argument():
     (a2, b2) = s2[Y].split(Y.op.axis[0], factor=2)
     with pytest.raises(tl.ScheduleError, match="of stage"):
         s[C].parallel(a2)
+
+
+# ------------------------------------------- the interpreter, the witness, the replay
+def test_parallel_matches_numpy_and_the_interpreter():
+    A, B, C = matmul()
+    s = tl.create_schedule(C)
+    io, ii = s[C].split(C.op.axis[0], factor=4)
+    s[C].parallel(io)
+    assert_computes(s, [A, B, C], matmul_cases())
+
+
+def test_parallel_loop_carrying_a_dependence_is_refused_with_a_witness():
+    x, u = grid()
+    s = tl.create_schedule(u)
+    w = assert_refused_with_witness(s, lambda: s[u].parallel("i"), "parallel", "u")
+    assert (w.sink["i"] - w.source["i"], w.sink["j"] - w.source["j"]) == (1, 0)
+    A, B, C = matmul()
+    s = tl.create_schedule(C)
+    w = assert_refused_with_witness(s, lambda: s[C].parallel("k"), "parallel", "C")
+    assert w.sink["k"] == w.source["k"] + 1
+    with pytest.raises(tl.IllegalScheduleError, match=r"rfactor\(C, k\)"):
+        s[C].parallel("k")   # the message says how to reduce in parallel
+
+
+def test_parallel_replays():
+    A, B, C = matmul()
+    s = tl.create_schedule(C)
+    s[C].parallel(C.op.axis[0])
+    assert_replays(s, [A, B, C], matmul)

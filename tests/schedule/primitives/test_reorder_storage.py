@@ -7,6 +7,9 @@ import tensorlang as tl
 from .helpers import allocations, blur, check_rect_blur
 
 
+
+
+
 @pytest.mark.parametrize("n,m", [(1, 1), (5, 3), (16, 33)])
 def test_reorder_storage_transposes_a_stage_and_its_readers(n, m):
     A, B, C = blur(n, m)

@@ -5,7 +5,12 @@ import pytest
 
 import tensorlang as tl
 
-from .helpers import RNG, matmul
+from .helpers import (
+    assert_computes, assert_refused_with_witness, assert_replays, grid, grid_cases, matmul, RNG,
+)
+
+
+
 
 
 def test_skew_prints_and_computes():
@@ -48,3 +53,29 @@ def test_skew_misuse_names_the_argument():
     io, ii = s[C].split(i, factor=4)
     with pytest.raises(tl.ScheduleError, match="factor must not be 0"):
         s[C].skew(io, j, factor=0)
+
+
+# ------------------------------------------- the interpreter, the witness, the replay
+def test_skewed_wavefront_matches_numpy_and_the_interpreter():
+    x, u = grid()
+    s = tl.create_schedule(u)
+    s[u].skew("i", "j", factor=2)
+    s[u].reorder("j", "i")
+    s[u].parallel("i")       # within a wavefront j' = j + 2i the i carry nothing
+    assert_computes(s, [x, u], grid_cases(), rtol=1e-12)
+
+
+def test_skewed_loop_names_the_witness_of_a_refused_parallel():
+    x, u = grid()
+    s = tl.create_schedule(u)
+    s[u].skew("i", "j", factor=2)
+    w = assert_refused_with_witness(s, lambda: s[u].parallel("j"), "parallel", "u")
+    for point, loops in ((w.source, w.source_loops), (w.sink, w.sink_loops)):
+        assert loops == {"i": point["i"], "j": point["j"] + 2 * point["i"]}, w
+
+
+def test_skew_replays():
+    x, u = grid()
+    s = tl.create_schedule(u)
+    s[u].skew("i", "j", factor=3)
+    assert_replays(s, [x, u], grid)

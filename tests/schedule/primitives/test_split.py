@@ -5,7 +5,13 @@ import pytest
 
 import tensorlang as tl
 
-from .helpers import RNG, allocations, blur, check_blur, matmul, run_vadd, vadd
+from .helpers import (
+    allocations, assert_computes, assert_refused_with_witness, assert_replays, blur, check_blur,
+    matmul, prefix_cases, prefix_sum, RNG, run_vadd, vadd, vadd_cases,
+)
+
+
+
 
 
 def test_split_loop_nest_and_numbers():
@@ -87,3 +93,33 @@ def test_split_misuse_names_the_argument():
     s[C].split(i, factor=4)
     with pytest.raises(tl.ScheduleError, match="no longer exists"):
         s[C].split(i, factor=2)
+
+
+# ------------------------------------------- the interpreter, the witness, the replay
+@pytest.mark.parametrize("factor", [1, 4, 7])
+def test_split_matches_numpy_and_the_interpreter(factor):
+    A, B = vadd()
+    s = tl.create_schedule(B)
+    s[B].split(B.op.axis[0], factor=factor)
+    assert_computes(s, [A, B], vadd_cases())       # 1, 7, 8, 28: some divide, some not
+
+
+def test_split_loops_name_the_witness_of_a_refused_primitive():
+    x, y = prefix_sum()
+    s = tl.create_schedule(y)
+    s[y].split("i", factor=4)
+    for prim, args in (("parallel", ("i.inner",)), ("reorder", ("i.inner", "i.outer"))):
+        w = assert_refused_with_witness(s, lambda p=prim, a=args: getattr(s[y], p)(*a),
+                                        prim, "y")
+        assert w.sink["i"] == w.source["i"] + 1
+        for point, loops in ((w.source, w.source_loops), (w.sink, w.sink_loops)):
+            assert loops["i.outer"] * 4 + loops["i.inner"] == point["i"], w
+    assert_computes(s, [x, y], prefix_cases())     # refused twice, still the split nest
+
+
+def test_split_replays():
+    A, B = vadd()
+    s = tl.create_schedule(B)
+    io, ii = s[B].split(B.op.axis[0], factor=8)
+    s[B].split(ii, factor=3)
+    assert_replays(s, [A, B], vadd)

@@ -5,7 +5,13 @@ import pytest
 
 import tensorlang as tl
 
-from .helpers import matmul, matmul_nmk, run_vadd, vadd
+from .helpers import (
+    assert_computes, assert_replays, matmul, matmul_nmk, prefix_cases, prefix_sum, run_vadd,
+    vadd,
+)
+
+
+
 
 
 def test_unroll_is_real():
@@ -61,3 +67,32 @@ def test_unroll_misuse_names_the_loop():
     i, j = C.op.axis
     with pytest.raises(tl.ScheduleError, match="grows with the sizes"):
         s[C].unroll(j)
+
+
+# ------------------------------------ the interpreter, the refusals, the replay
+@pytest.mark.parametrize("factor", [1, 4, 7])
+def test_unroll_of_a_recurrence_matches_numpy_and_the_interpreter(factor):
+    x, y = prefix_sum()      # unrolling keeps every order: legal even on a recurrence
+    s = tl.create_schedule(y)
+    s[y].split("i", factor=factor)
+    s[y].unroll("i.inner")
+    assert_computes(s, [x, y], prefix_cases(), rtol=1e-12)
+
+
+def test_unroll_beyond_the_limit_is_refused_and_names_the_loop():
+    # unroll reorders nothing, so it has no witness to give: its refusals are misuse
+    A, B = vadd()
+    s = tl.create_schedule(B)
+    s[B].split(B.op.axis[0], factor=2048)
+    with pytest.raises(tl.ScheduleError, match=r"unroll: loop i.inner runs up to 2048 "
+                                               r"iterations; at most 1024"):
+        s[B].unroll("i.inner")
+    assert s.trace_text().count("unroll") == 0
+
+
+def test_unroll_replays():
+    A, B = vadd()
+    s = tl.create_schedule(B)
+    io, ii = s[B].split(B.op.axis[0], factor=4)
+    s[B].unroll(ii)
+    assert_replays(s, [A, B], vadd)

@@ -5,7 +5,13 @@ import pytest
 
 import tensorlang as tl
 
-from .helpers import RNG, matmul, run_matmul, run_vadd, vadd
+from .helpers import (
+    assert_computes, assert_refused_with_witness, assert_replays, matmul, prefix_sum, RNG,
+    run_matmul, run_vadd, vadd, vadd_cases,
+)
+
+
+
 
 
 def test_vectorize_uses_vector_types():
@@ -200,3 +206,32 @@ def test_vectorize_misuse_names_the_loop():
     i, j = C.op.axis
     with pytest.raises(tl.ScheduleError, match="grows with the sizes"):
         s[C].vectorize(j)
+
+
+# ------------------------------------------- the interpreter, the witness, the replay
+@pytest.mark.parametrize("factor", [1, 4, 7])
+def test_vectorize_matches_numpy_and_the_interpreter(factor):
+    A, B = vadd()
+    s = tl.create_schedule(B)
+    io, ii = s[B].split(B.op.axis[0], factor=factor)
+    s[B].vectorize(ii)
+    assert_computes(s, [A, B], vadd_cases())
+
+
+def test_vectorize_of_a_loop_carrying_a_dependence_names_both_lanes():
+    x, y = prefix_sum()
+    s = tl.create_schedule(y)
+    s[y].split("i", factor=4)
+    w = assert_refused_with_witness(s, lambda: s[y].vectorize("i.inner"), "vectorize", "y")
+    assert w.source_loops["i.outer"] == w.sink_loops["i.outer"]      # one vector, two lanes
+    assert w.source_loops["i.inner"] != w.sink_loops["i.inner"]
+    assert w.sink["i"] == w.source["i"] + 1
+
+
+def test_vectorize_replays():
+    A, B, C = matmul()
+    s = tl.create_schedule(C)
+    jo, ji = s[C].split(C.op.axis[1], factor=8)
+    s[C].reorder(C.op.axis[0], jo, C.op.reduce_axis[0], ji)
+    s[C].vectorize(ji)
+    assert_replays(s, [A, B, C], matmul)
