@@ -11,6 +11,7 @@ from .helpers import assert_computes, vadd, vadd_cases
 
 
 
+
 def test_bind_tags_loops_and_prints_them():
     A, B = vadd()
     s = tl.create_schedule(B)

@@ -6,7 +6,11 @@ import pytest
 
 import tensorlang as tl
 
-from .helpers import allocations, matmul_nmk
+from .helpers import (
+    allocations, assert_computes, assert_refused_with_witness, assert_replays, matmul,
+    matmul_cases, matmul_nmk, prefix_sum,
+)
+
 
 
 
@@ -161,3 +165,45 @@ def test_register_tiles_under_fused_loops_match_numpy_at_any_sizes():
         np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
 
     check()
+
+
+# ---------------------------------- the interpreter, the refusals, the replay
+def test_cache_read_and_write_match_numpy_and_the_interpreter():
+    A, B, C = matmul()
+    s = tl.create_schedule(C)
+    CC = s.cache_write(C, "local")
+    AA = s.cache_read(A, "local", [CC])
+    io, jo, ii, ji = s[C].tile(*s[C].op.axis, 4, 3)
+    s[CC].compute_at(s[C], jo)
+    s[AA].compute_at(s[CC], s[CC].op.reduce_axis[0])
+    assert_computes(s, [A, B, C], matmul_cases())
+
+
+def test_cache_write_of_a_recurrence_is_refused():
+    x, y = prefix_sum()
+    s = tl.create_schedule(y)
+    with pytest.raises(tl.ScheduleError, match="cache_write: y is a recurrence"):
+        s.cache_write(y, "local")
+    assert [st.id for st in s.stages] == ["y"] and s.trace == []
+
+
+@pytest.mark.xfail(strict=True, reason="package: cache_read(y, [y]) of a recurrence that "
+                   "reads itself is accepted and copies y before y is computed (wrong "
+                   "results); it should be refused with the witness y[i=1] reads y[0]")
+def test_cache_read_of_a_recurrence_by_itself_is_refused_with_a_witness():
+    x, y = prefix_sum()
+    s = tl.create_schedule(y)
+    w = assert_refused_with_witness(s, lambda: s.cache_read(y, "local", [y]), "cache_read",
+                                    "y")
+    assert w.sink["i"] == w.source["i"] + 1
+
+
+@pytest.mark.parametrize("which", ["read", "write"])
+def test_cache_read_and_write_replay(which):
+    A, B, C = matmul()
+    s = tl.create_schedule(C)
+    if which == "read":
+        s.cache_read(B, "local", [C])
+    else:
+        s.cache_write(C, "local")
+    assert_replays(s, [A, B, C], matmul)

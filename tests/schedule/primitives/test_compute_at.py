@@ -14,6 +14,7 @@ from .helpers import (
 
 
 
+
 @pytest.mark.parametrize("level", ["root", "tile", "row", "x_inner"])
 def test_blur_compute_at_levels(level):
     n = tl.var("n")

@@ -8,6 +8,7 @@ import tensorlang as tl
 from .helpers import assert_computes, assert_replays
 
 
+
 def test_compute_inline_and_root():
     n = tl.var("n")
     A = tl.placeholder((n,), name="A")

@@ -8,6 +8,7 @@ from .helpers import allocations, assert_computes, assert_replays, blur, blur_ca
 
 
 
+
 def _blur_placed():
     A, B, C = blur(tl.var("n"))
     s = tl.create_schedule(C)

@@ -14,6 +14,7 @@ from .helpers import (
 
 
 
+
 def test_fuse_constant_and_after_split():
     X = tl.placeholder((5, 7), name="X")
     Y = tl.compute((5, 7), lambda i, j: X[i, j] + 1.0, name="Y")

@@ -5,7 +5,8 @@ import pytest
 
 import tensorlang as tl
 
-from .helpers import matmul_nmk
+from .helpers import assert_computes, assert_replays, matmul, matmul_cases, matmul_nmk
+
 
 
 
@@ -41,3 +42,20 @@ def test_pack_misuse():
         s.pack(B, 2, 4)
     with pytest.raises(tl.ScheduleError, match="factor must be >= 1"):
         s.pack(B, 1, 0)
+
+
+# --------------------------------------------- the interpreter, the replay
+def test_pack_matches_numpy_and_the_interpreter():
+    A, B, C = matmul()
+    s = tl.create_schedule(C)
+    BP = s.pack(B, 1, 4)                 # n = 1, 7, 8, 13: blocks of 4 padded or full
+    assert "B_packed[" in str(tl.lower(s, [A, B, C])) and BP.shape[-1].value == 4
+    assert_computes(s, [A, B, C], matmul_cases())
+
+
+def test_pack_replays():
+    # packing copies, it reorders nothing: no witness to give; its refusals are misuse
+    A, B, C = matmul()
+    s = tl.create_schedule(C)
+    s.pack(B, 1, 4)
+    assert_replays(s, [A, B, C], matmul)

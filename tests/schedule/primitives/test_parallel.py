@@ -14,6 +14,7 @@ from .helpers import (
 
 
 
+
 def test_parallel_runs_on_the_pool():
     from tensorlang.backends.llvm.pool import pool_threads
 

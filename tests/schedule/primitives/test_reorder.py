@@ -13,6 +13,7 @@ from .helpers import (
 
 
 
+
 def test_reorder_matmul_and_nest():
     A, B, C = matmul()
     s = tl.create_schedule(C)

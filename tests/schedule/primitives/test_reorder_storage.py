@@ -4,7 +4,10 @@ import pytest
 
 import tensorlang as tl
 
-from .helpers import allocations, blur, check_rect_blur
+from .helpers import (
+    allocations, assert_computes, assert_replays, blur, blur_cases, check_rect_blur,
+)
+
 
 
 
@@ -48,3 +51,20 @@ def test_reorder_storage_misuse():
     s[B].split("x", factor=2)
     with pytest.raises(tl.ScheduleError, match="apply reorder_storage first"):
         s[B].reorder_storage("x", "y")
+
+
+# --------------------------------------------- the interpreter, the replay
+def test_reorder_storage_matches_numpy_and_the_interpreter():
+    A, B, C = blur(tl.var("n"))
+    s = tl.create_schedule(C)
+    s[B].reorder_storage("x", "y")
+    assert allocations(tl.lower(s, [A, C]))["B"] == ("n", "n + 2")
+    assert_computes(s, [A, C], blur_cases())
+
+
+def test_reorder_storage_replays():
+    # a layout reorders no iteration: no witness to give; its refusals are misuse
+    A, B, C = blur(tl.var("n"))
+    s = tl.create_schedule(C)
+    s[B].reorder_storage("x", "y")
+    assert_replays(s, [A, C], lambda: blur(tl.var("n"))[::2])

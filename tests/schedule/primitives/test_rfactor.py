@@ -5,6 +5,10 @@ import pytest
 
 import tensorlang as tl
 
+from .helpers import (
+    assert_computes, assert_refused_with_witness, assert_replays, matmul, matmul_cases,
+)
+
 
 def test_rfactor_sum_over_1027_with_nparts_4_then_parallel():
     A = tl.placeholder((1027,), name="A")
@@ -95,3 +99,47 @@ def test_rfactor_symbolic_extent_and_misuse():
     am = tl.compute((4,), lambda i: tl.argmax(B[i, j], axis=j), name="am")
     with pytest.raises(NotImplementedError, match="several values"):
         tl.create_schedule(am).rfactor(am, j)
+
+
+# ------------------------------------------- the interpreter, the witness, the replay
+def _sum(n=None):
+    n = tl.var("n") if n is None else n
+    A = tl.placeholder((n,), name="A")
+    k = tl.reduce_axis((0, n), name="k")
+    return A, tl.compute((), lambda: tl.sum(A[k], axis=k), name="C")
+
+
+@pytest.mark.parametrize("factor", [2, 4, 7])
+def test_rfactor_matches_numpy_and_the_interpreter(factor):
+    # (a factor of 1 leaves k.inner constant 0: rfactor refuses it as no reduction loop)
+    A, C = _sum()
+    s = tl.create_schedule(C)
+    ko, ki = s[C].split(C.op.reduce_axis[0], factor=factor)
+    R = s.rfactor(C, ki)
+    s[R].parallel(R.op.axis[0])
+    cases = [([a], np.array(a.sum(), np.float32))
+             for a in (np.random.default_rng(n).random(n, dtype=np.float32)
+                       for n in (1, 7, 8, 29))]
+    assert_computes(s, [A, C], cases)
+
+
+def test_rfactor_makes_the_refused_parallel_reduction_legal():
+    A, B, C = matmul()
+    s = tl.create_schedule(C)
+    w = assert_refused_with_witness(s, lambda: s[C].parallel("k"), "parallel", "C")
+    assert w.sink["k"] == w.source["k"] + 1
+    R = s.rfactor(C, "k")
+    s[R].parallel(R.op.axis[0])          # the factored loop of the new stage carries nothing
+    # the stage that combines the partial results still reduces over k_rf: refused
+    w = assert_refused_with_witness(s, lambda: s[C].parallel("k_rf"), "parallel", "C")
+    assert w.sink["k_rf"] == w.source["k_rf"] + 1
+    assert_computes(s, [A, B, C], matmul_cases())
+
+
+def test_rfactor_replays():
+    A, C = _sum()
+    s = tl.create_schedule(C)
+    ko, ki = s[C].split(C.op.reduce_axis[0], factor=8)
+    R = s.rfactor(C, ki)
+    s[R].parallel(R.op.axis[0])
+    assert_replays(s, [A, C], _sum)

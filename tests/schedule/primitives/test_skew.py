@@ -13,6 +13,7 @@ from .helpers import (
 
 
 
+
 def test_skew_prints_and_computes():
     X = tl.placeholder((6, 5), name="X")
     Y = tl.compute((6, 5), lambda i, j: X[i, j] * 3.0, name="Y")

@@ -14,6 +14,7 @@ from .helpers import (
 
 
 
+
 def test_split_loop_nest_and_numbers():
     A, B = vadd(10)
     s = tl.create_schedule(B)

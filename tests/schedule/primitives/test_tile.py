@@ -12,6 +12,7 @@ from .helpers import (
 
 
 
+
 def test_tile_matmul():
     A, B, C = matmul()
     s = tl.create_schedule(C)

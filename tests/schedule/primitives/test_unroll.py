@@ -14,6 +14,7 @@ from .helpers import (
 
 
 
+
 def test_unroll_is_real():
     A, B = vadd(16)
     s = tl.create_schedule(B)

@@ -14,6 +14,7 @@ from .helpers import (
 
 
 
+
 def test_vectorize_uses_vector_types():
     A, B, C = matmul()
     s = tl.create_schedule(C)
