@@ -207,11 +207,12 @@ def assert_refused_with_witness(s, apply, prim: str, stage: str):
     assert msg.startswith(prim + "(") and stage in msg, msg
     assert w is not None and (w.source or w.sink), msg
     for point, loops in ((w.source, w.source_loops), (w.sink, w.sink_loops)):
-        if point:
-            at = ", ".join(f"{k}={v}" for k, v in point.items())
-            assert re.search(rf"\b\w+\[{re.escape(at)}\]", msg), (msg, w)
-        if loops:
-            assert "loops " + ", ".join(f"{k}={v}" for k, v in loops.items()) in msg, (msg, w)
+        if point:   # `y[i=1] (loops i.outer=0, i.inner=1)`: the iteration and its loops
+            named = r"\b\w+\[" + re.escape(", ".join(f"{k}={v}" for k, v in point.items()))
+            if loops:
+                named += re.escape("] (loops " + ", ".join(f"{k}={v}" for k, v in loops.items())
+                                   + ")")
+            assert re.search(named, msg), (msg, w)
     return w
 
 
