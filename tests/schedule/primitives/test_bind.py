@@ -1,19 +1,19 @@
 """bind: loops as GPU blocks and threads, checked like parallel loops (no GPU needed)."""
 
+import numpy as np
 import pytest
 
 import tensorlang as tl
 
+from .helpers import assert_computes, vadd, vadd_cases
 
-def _vadd():
-    n = tl.var("n")
-    A = tl.placeholder((n,), name="A")
-    B = tl.compute((n,), lambda i: A[i] * 2.0, name="B")
-    return A, B
+
+
+
 
 
 def test_bind_tags_loops_and_prints_them():
-    A, B = _vadd()
+    A, B = vadd()
     s = tl.create_schedule(B)
     bo, bi = s[B].split(B.op.axis[0], factor=64)
     s[B].bind(bo, tl.thread_axis("blockIdx.x"))
@@ -22,13 +22,13 @@ def test_bind_tags_loops_and_prints_them():
     assert "# gpu_block blockIdx.x" in text and "# gpu_thread threadIdx.x" in text
     assert s.trace_text().splitlines()[-1] == 's["B"].bind("i.inner", "threadIdx.x")'
     # the trace replays onto a fresh schedule
-    A2, B2 = _vadd()
+    A2, B2 = vadd()
     s2 = s.replay(tl.create_schedule(B2))
     assert str(tl.lower(s2, [A2, B2])) == text
 
 
 def test_bad_bind_arguments():
-    A, B = _vadd()
+    A, B = vadd()
     s = tl.create_schedule(B)
     bo, bi = s[B].split(B.op.axis[0], factor=64)
     with pytest.raises(tl.ScheduleError, match="thread_axis"):
@@ -53,7 +53,6 @@ def test_bound_loop_carrying_a_dependence_is_refused_with_a_witness():
 
 
 def test_reduction_axis_needs_rfactor_on_blocks_and_reduces_across_threads():
-    import numpy as np
 
     from tensorlang.ir.interp import run_lowered
 
@@ -73,8 +72,18 @@ def test_reduction_axis_needs_rfactor_on_blocks_and_reduces_across_threads():
 
 
 def test_cpu_targets_refuse_bound_loops():
-    A, B = _vadd()
+    A, B = vadd()
     s = tl.create_schedule(B)
     s[B].bind(B.op.axis[0], "threadIdx.x")
     with pytest.raises(tl.TensorlangError, match="bound to a GPU index"):
         tl.build(s, [A, B])
+
+
+@pytest.mark.parametrize("threads", [1, 4, 7])
+def test_bound_loops_match_numpy_in_the_interpreter(threads):
+    A, B = vadd()
+    s = tl.create_schedule(B)
+    bo, bi = s[B].split(B.op.axis[0], factor=threads)
+    s[B].bind(bo, "blockIdx.x")
+    s[B].bind(bi, "threadIdx.x")
+    assert_computes(s, [A, B], vadd_cases(), llvm=False)    # CPU targets refuse bound loops
