@@ -261,6 +261,19 @@ def _raise(primitive: str, stage: str, dep: Dependence, rel: isl.Map, info, time
     raise IllegalScheduleError(msg, w)
 
 
+def refuse_self_dependence(primitive: str, stage: str, deps: list[Dependence], info,
+                           times: list[TimedStatement], reads, writes, why: str) -> None:
+    """Raise IllegalScheduleError with a witness of `stage`'s dependence on its own earlier
+    iterations (RAW), when it has one: a change that cannot keep any such dependence (a
+    copy of a recurrence's output made before the recurrence runs). `why` is appended."""
+    by_name = {t.stmt.name: t for t in times}
+    for dep in deps:
+        if dep.kind == "RAW" and info[dep.src].stage == stage == info[dep.dst].stage and \
+                not dep.reduction and not dep.rel.is_empty():
+            _raise(primitive, stage, dep, dep.rel, info, by_name, reads, writes, why,
+                   lambda p, q: "")
+
+
 _PARALLEL_KINDS = (LoopKind.PARALLEL, LoopKind.VECTORIZED, LoopKind.GPU_BLOCK,
                    LoopKind.GPU_THREAD)
 

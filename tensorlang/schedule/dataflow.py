@@ -59,6 +59,20 @@ def cache_read(sch: Schedule, tensor, scope: str, readers) -> Tensor:
         if not any(isinstance(e, Load) and e.buffer is t for e in walk(st.op.body)):
             raise ScheduleError(f"cache_read: stage {st.id} does not read {t.name}")
         rs.append(st)
+    call = Call("cache_read", (sch._ref(t), scope, tuple(st.id for st in rs)))
+    producer = next((st for st in sch.stages if st.op.output is t), None)
+    if producer is not None and any(r is producer for r in rs):
+        # a recurrence reading its own earlier values: a copy made before it runs is stale
+        # for every later iteration (a copy inside its loop is not a stage of its own)
+        from ..polyhedral.deps import refuse_self_dependence
+
+        prog = sch.program
+        refuse_self_dependence(
+            str(call), producer.id, prog.deps, prog.info,
+            prog.times({st.id: st.state for st in sch.stages}), prog.access.reads,
+            prog.access.writes, ", but a copy of its output made for it before it runs "
+            "would not hold the value {src} (loops {ls}) writes when {dst} (loops {ld}) "
+            "reads it")
     axes = tuple(IterVar(Var(f"ax{d}", int32), ext, IterVar.SPATIAL)
                  for d, ext in enumerate(t.shape))
     body = Load(t, tuple(a.var for a in axes))
@@ -71,7 +85,7 @@ def cache_read(sch: Schedule, tensor, scope: str, readers) -> Tensor:
         for r in rs:
             r.op = r.op.with_body(_substitute_tensor(r.op.body, t, None, op.output))
 
-    sch._edit(Call("cache_read", (sch._ref(t), scope, tuple(st.id for st in rs))), edit)
+    sch._edit(call, edit)
     return op.output
 
 def cache_write(sch: Schedule, tensor, scope: str) -> Tensor:

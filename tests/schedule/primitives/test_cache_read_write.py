@@ -187,9 +187,6 @@ def test_cache_write_of_a_recurrence_is_refused():
     assert [st.id for st in s.stages] == ["y"] and s.trace == []
 
 
-@pytest.mark.xfail(strict=True, reason="package: cache_read(y, [y]) of a recurrence that "
-                   "reads itself is accepted and copies y before y is computed (wrong "
-                   "results); it should be refused with the witness y[i=1] reads y[0]")
 def test_cache_read_of_a_recurrence_by_itself_is_refused_with_a_witness():
     x, y = prefix_sum()
     s = tl.create_schedule(y)
