@@ -149,87 +149,91 @@ def conv(x, w, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), groups: int 
 
 
 # ------------------------------------------------------------- pooling with padding
-def _pool_geometry(x, kind, kernel, strides, pads, count_pad, dilations=(1, 1)):
-    if len(x) != 4:
-        raise ValueError("pooling takes x in NCHW (4 dimensions)")
+def _pool_geometry(x, kind, kernel, strides, pads, count_pad, dilations):
+    nd = len(kernel)
+    if len(x) != nd + 2:
+        raise ValueError(f"pooling over {nd} spatial dimensions takes x of {nd + 2} "
+                         "(N, C and those)")
     out = [x[0], x[1]]
-    for d in range(2):
+    for d in range(nd):
         k = (kernel[d] - 1) * dilations[d] + 1
-        o = (x[2 + d] + pads[d] + pads[2 + d] - k) // strides[d] + 1
+        o = (x[2 + d] + pads[d] + pads[nd + d] - k) // strides[d] + 1
         if o < 1:
             raise ValueError(f"a window of {k} does not fit in {x[2 + d]}")
         out.append(o)
     return tuple(out)
 
 
-def _pool_ref(x, kind, kernel, strides, pads, count_pad, dilations=(1, 1)):
+def _pool_ref(x, kind, kernel, strides, pads, count_pad, dilations):
+    nd = len(kernel)
     fill = -np.inf if kind == "max" else 0.0
-    xp = np.pad(x.astype("f8"), ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])),
-                constant_values=fill)
-    ones = np.pad(np.ones(x.shape[2:]), ((pads[0], pads[2]), (pads[1], pads[3])))
-    _, _, oh, ow = _pool_geometry(x.shape, kind, kernel, strides, pads, count_pad, dilations)
-    out = np.empty((x.shape[0], x.shape[1], oh, ow))
-    dh, dw = dilations
-    for i in range(oh):
-        for j in range(ow):
-            sl = (slice(i * strides[0], i * strides[0] + (kernel[0] - 1) * dh + 1, dh),
-                  slice(j * strides[1], j * strides[1] + (kernel[1] - 1) * dw + 1, dw))
-            win = xp[:, :, sl[0], sl[1]]
-            if kind == "max":
-                out[:, :, i, j] = win.max(axis=(2, 3))
-            else:
-                cnt = kernel[0] * kernel[1] if count_pad else ones[sl].sum()
-                out[:, :, i, j] = win.sum(axis=(2, 3)) / cnt
+    widths = [(0, 0), (0, 0)] + [(pads[d], pads[nd + d]) for d in range(nd)]
+    xp = np.pad(x.astype("f8"), widths, constant_values=fill)
+    ones = np.pad(np.ones(x.shape[2:]), widths[2:])
+    shape = _pool_geometry(x.shape, kind, kernel, strides, pads, count_pad, dilations)
+    out = np.empty(shape)
+    for o in np.ndindex(*shape[2:]):
+        sl = tuple(slice(o[d] * strides[d], o[d] * strides[d] + (kernel[d] - 1) *
+                         dilations[d] + 1, dilations[d]) for d in range(nd))
+        win = xp[(slice(None), slice(None)) + sl]
+        axes = tuple(range(2, 2 + nd))
+        if kind == "max":
+            out[(...,) + o] = win.max(axis=axes)
+        else:
+            cnt = np.prod(kernel) if count_pad else ones[sl].sum()
+            out[(...,) + o] = win.sum(axis=axes) / cnt
     return out.astype(x.dtype)
 
 
-def _pool_te(ts, shapes, out, kind, kernel, strides, pads, count_pad, dilations=(1, 1)):
-    x, (_, _, h, wd) = ts[0], shapes[0]
-    rp, rq = tl.reduce_axis((0, kernel[0]), "rp"), tl.reduce_axis((0, kernel[1]), "rq")
+def _pool_te(ts, shapes, out, kind, kernel, strides, pads, count_pad, dilations):
+    x, size = ts[0], shapes[0][2:]
+    nd = len(kernel)
+    r = [tl.reduce_axis((0, kernel[d]), f"r{d}") for d in range(nd)]
 
-    def at(i, j):
-        return (i * strides[0] + rp * dilations[0] - pads[0],
-                j * strides[1] + rq * dilations[1] - pads[1])
+    def at(o):
+        return [o[d] * strides[d] + r[d] * dilations[d] - pads[d] for d in range(nd)]
 
-    def inside(y, z):
-        return tl.all(y >= 0, y < h, z >= 0, z < wd)
+    def inside(p):
+        return tl.all(*[c for d in range(nd) for c in (p[d] >= 0, p[d] < size[d])])
+    padded = any(pads)
+    reduce = tl.max if kind == "max" else tl.sum
+
+    def window(n, c, *o):
+        p = at(o)
+        if padded:
+            return reduce(x[(n, c, *p)], axis=r, where=inside(p))
+        return reduce(x[(n, c, *p)], axis=r)
     if kind == "max":
-        def body(n, c, i, j):
-            y, z = at(i, j)
-            if not any(pads):
-                return tl.max(x[n, c, y, z], axis=[rp, rq])
-            return tl.max(x[n, c, y, z], axis=[rp, rq], where=inside(y, z))
-        return tl.compute(out, body, name="out"), "conv"
-
-    def total(n, c, i, j):
-        y, z = at(i, j)
-        if not any(pads):
-            return tl.sum(x[n, c, y, z], axis=[rp, rq])
-        return tl.sum(x[n, c, y, z], axis=[rp, rq], where=inside(y, z))
-    s = tl.compute(out, total, name="psum")
-    if count_pad or not any(pads):
-        return tl.compute(out, lambda *i: s[i] * (1.0 / (kernel[0] * kernel[1])),
+        return tl.compute(out, lambda *i: window(*i), name="out"), "conv"
+    s = tl.compute(out, lambda *i: window(*i), name="psum")
+    if count_pad or not padded:
+        return tl.compute(out, lambda *i: s[i] * (1.0 / int(np.prod(kernel))),
                           name="out"), "conv"
     one = tl.const(1.0, x.dtype)
-    cnt = tl.compute(out[2:], lambda i, j: tl.sum(one, axis=[rp, rq], where=inside(*at(i, j))),
+    cnt = tl.compute(out[2:], lambda *o: tl.sum(one, axis=r, where=inside(at(o))),
                      name="pcount")          # the window's elements inside the input
-    return tl.compute(out, lambda n, c, i, j: s[n, c, i, j] / cnt[i, j], name="out"), "conv"
+    return tl.compute(out, lambda *i: s[i] / cnt[i[2:]], name="out"), "conv"
 
 
 register_op("pool", _pool_ref, _pool_geometry, _no_grad("pool"), _no_jvp("pool"), _pool_te)
 
 
-def pool(x, kind: str, kernel, strides=None, pads=(0, 0, 0, 0), count_pad: bool = False,
-         dilations=(1, 1)):
-    """Max or average pooling over NCHW windows of `kernel` = (kh, kw) (their taps
-    `dilations` apart) with `pads` = (top, left, bottom, right): max ignores the padding;
-    average divides by the window's elements inside the input unless `count_pad` (ONNX's
-    count_include_pad)."""
+def pool(x, kind: str, kernel, strides=None, pads=None, count_pad: bool = False,
+         dilations=None):
+    """Max or average pooling over windows of `kernel` (one size per spatial dimension of
+    x = (N, C, spatial...)), their taps `dilations` apart, with `pads` = (the starts of
+    each spatial dimension, then the ends): max ignores the padding; average divides by
+    the window's elements inside the input unless `count_pad` (ONNX's count_include_pad)."""
     if kind not in ("max", "avg"):
         raise tl.TensorlangError(f"pool: kind must be 'max' or 'avg', got {kind!r}")
     kernel = tuple(int(k) for k in kernel)
+    nd = len(kernel)
     strides = kernel if strides is None else tuple(int(s) for s in strides)
-    pads, dilations = tuple(int(p) for p in pads), tuple(int(d) for d in dilations)
+    pads = (0,) * (2 * nd) if pads is None else tuple(int(p) for p in pads)
+    dilations = (1,) * nd if dilations is None else tuple(int(d) for d in dilations)
+    if len(strides) != nd or len(pads) != 2 * nd or len(dilations) != nd:
+        raise tl.TensorlangError(f"pool: a {nd}-D kernel takes {nd} strides and dilations "
+                                 f"and {2 * nd} pads, got {strides}, {dilations}, {pads}")
     return _g().make("pool", (x,), kind=kind, kernel=kernel, strides=strides, pads=pads,
                      count_pad=bool(count_pad), dilations=dilations)
 

@@ -74,14 +74,16 @@ class BackendRep(_base()[1]):
             key = vkey
         if plan is None:
             shapes = {n: a.shape for n, a in arrays.items()}
-            known = {}
+            # empty integer inputs (no axes given) cannot be Variables: taken by value
+            known = {n: a for n, a in arrays.items() if a.size == 0 and a.dtype == np.int64}
             try:
-                m = import_model(self.proto, shapes)
+                m = import_model(self.proto, shapes, known)
             except ValueNeededError:
                 # an input decides shapes (a Reshape's shape fed at run time): small integer
                 # inputs become constants, and the model is imported per their values
                 known = {n: a for n, a in arrays.items()
-                         if a.dtype == np.int64 and a.size <= MAX_KNOWN_ELEMENTS}
+                         if a.dtype == np.int64 and a.size <= MAX_KNOWN_ELEMENTS
+                         or a.size == 1}
                 if not known:
                     raise
                 m = import_model(self.proto, shapes, known)

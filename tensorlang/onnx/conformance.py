@@ -6,8 +6,9 @@ Every case whose operators all have a converter runs; each ends as one of
   type or form),
 - wrong: a result that differs (a bug),
 - crash: any other exception (a bug).
-"In tensorlang's dtypes": the case's inputs and outputs are float32, float64, integers or
-bool. `benchmarks/onnx_node_cases.py` prints the counts; the tests run them.
+"In tensorlang's dtypes": the case's inputs and outputs are float32, float64, bool or
+integers that int64 holds (not uint64). `benchmarks/onnx_node_cases.py` prints the
+counts; the tests run them.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ def ours(case) -> bool:
     for inputs, outputs in case.data_sets:
         for a in list(inputs) + list(outputs):
             a = np.asarray(a)
-            if a.dtype.kind not in OUR_KINDS or a.dtype.kind == "f" and a.dtype.itemsize < 4:
+            if a.dtype.kind not in OUR_KINDS or a.dtype.kind == "f" and a.dtype.itemsize < 4 \
+                    or a.dtype == np.uint64:
                 return False
     return True
 

@@ -55,6 +55,12 @@ def _ints(v) -> list[int]:
     return [int(x) for x in np.asarray(v).reshape(-1)]
 
 
+def _str(a: dict, key: str, default: str) -> str:
+    """A string attribute (onnx.helper gives bytes)."""
+    v = a.get(key, default)
+    return v.decode() if isinstance(v, bytes) else v
+
+
 def _axis(a, nd):
     a = int(a)
     if not -nd <= a < nd:
@@ -83,7 +89,11 @@ def _identity(ctx, n, ins, a):
 def _dropout(ctx, n, ins, a):
     x = ins[0]
     if len(ins) > 2 and ins[2] is not None and bool(_const(ins[2], "training_mode")):
-        raise NotImplementedError("Dropout in training mode is not supported (inference only)")
+        ratio = float(_const(ins[1], "ratio")) if len(ins) > 1 and ins[1] is not None \
+            else 0.5
+        if ratio != 0.0:
+            raise NotImplementedError("Dropout in training mode (random masks) is not "
+                                      "supported; inference only")
     mask = None
     if len(n.output) > 1 and n.output[1]:
         mask = np.ones(_shape(x), bool)
@@ -165,7 +175,7 @@ def _hard_sigmoid(ctx, n, ins, a):
 @converter("Gelu")
 def _gelu(ctx, n, ins, a):
     x = _node(ins[0])
-    if a.get("approximate", "none") == "tanh":
+    if _str(a, "approximate", "none") == "tanh":
         return [x * 0.5 * (1.0 + G.tanh((x + x * x * x * 0.044715) * float(np.sqrt(2 / np.pi))))]
     return [x * 0.5 * (1.0 + M.erf(x * float(1 / np.sqrt(2))))]
 
@@ -257,13 +267,10 @@ def _gemm(ctx, n, ins, a):
 # ------------------------------------------------------------ convolution and pools
 def _conv_params(ctx, n, a, x_shape, k_shape):
     nd = len(k_shape)
-    if nd != 2:
-        raise NotImplementedError(f"{n.op_type} over {nd} spatial dimensions (2 supported)")
     strides = list(a.get("strides", [1] * nd))
     dil = list(a.get("dilations", [1] * nd))
     pads = list(a.get("pads", [0] * (2 * nd)))
-    auto = a.get("auto_pad", b"NOTSET")
-    auto = auto.decode() if isinstance(auto, bytes) else auto
+    auto = _str(a, "auto_pad", "NOTSET")
     if auto in ("SAME_UPPER", "SAME_LOWER"):
         pads = [0] * (2 * nd)
         for d in range(nd):
@@ -278,11 +285,35 @@ def _conv_params(ctx, n, a, x_shape, k_shape):
     return strides, pads, dil
 
 
+def _as_2d(a: dict) -> dict:
+    """A 1-D window's attributes as those of a (1, k) window."""
+    a = dict(a)
+    if "kernel_shape" in a:
+        a["kernel_shape"] = [1] + list(a["kernel_shape"])
+    for key in ("strides", "dilations"):
+        if key in a:
+            a[key] = [1] + list(a[key])
+    if "pads" in a:
+        a["pads"] = [0, a["pads"][0], 0, a["pads"][1]]
+    return a
+
+
 @converter("Conv")
 def _conv(ctx, n, ins, a):
     x, w = ins[0], ins[1]
     xs = _shape(x, "Conv's input")
     ws = _shape(w, "Conv's weights")
+    if len(xs) == 3 and len(ws) == 3:        # (N, C, L) as (N, C, 1, L)
+        x = G.reshape(_node(x), xs[:2] + (1, xs[2]))
+        w = w.reshape(ws[:2] + (1, ws[2])) if isinstance(w, np.ndarray) else \
+            G.reshape(w, ws[:2] + (1, ws[2]))
+        (y,) = _conv(ctx, n, [x, w] + list(ins[2:]), _as_2d(a))
+        ctx.convs.pop(n.output[0], None)
+        ys = _shape(y)
+        return [G.reshape(y, ys[:2] + (ys[3],))]
+    if len(ws) != 4:
+        raise NotImplementedError(f"Conv over {len(ws) - 2} spatial dimensions (1 and 2 "
+                                  "supported)")
     strides, pads, dil = _conv_params(ctx, n, a, xs, ws[2:])
     groups = int(a.get("group", 1))
     out = M.conv(_node(x), _node(w), strides, pads, dil, groups)
@@ -324,16 +355,9 @@ def _pool(ctx, n, ins, a, kind):
     x = _node(ins[0])
     xs = _shape(x, f"{n.op_type}'s input")
     k = list(a["kernel_shape"])
+    nd = len(k)
     if len(n.output) > 1 and n.output[1]:
         raise NotImplementedError("MaxPool's Indices output")
-    one_d = len(k) == 1
-    if one_d:                  # (N, C, L) as (N, C, 1, L)
-        x, xs = G.reshape(x, xs[:2] + (1, xs[2])), xs[:2] + (1, xs[2])
-        a = dict(a, kernel_shape=[1] + k, **{key: [1] + list(a[key]) for key in
-                                             ("strides", "dilations") if key in a})
-        if "pads" in a:
-            a["pads"] = [0, a["pads"][0], 0, a["pads"][1]]
-        k = [1] + k
     strides, pads, dil = _conv_params(ctx, n, a, xs, k)
     count_pad = bool(a.get("count_include_pad", 0))
     if int(a.get("ceil_mode", 0)):
@@ -341,18 +365,14 @@ def _pool(ctx, n, ins, a, kind):
         # window starts inside the input or its start padding (ONNX's rule)
         if kind == "avg" and count_pad:
             raise NotImplementedError("AveragePool with ceil_mode=1 and count_include_pad=1")
-        for d in range(2):
+        for d in range(nd):
             span = (k[d] - 1) * dil[d] + 1
-            size = xs[2 + d] + pads[d] + pads[2 + d]
+            size = xs[2 + d] + pads[d] + pads[nd + d]
             out = -(-(size - span) // strides[d]) + 1
             if (out - 1) * strides[d] >= xs[2 + d] + pads[d]:
                 out -= 1
-            pads[2 + d] += max(0, (out - 1) * strides[d] + span - size)
-    y = M.pool(x, kind, k, strides, pads, count_pad, dil)
-    if one_d:
-        ys = _shape(y)
-        y = G.reshape(y, ys[:2] + (ys[3],))
-    return [y]
+            pads[nd + d] += max(0, (out - 1) * strides[d] + span - size)
+    return [M.pool(x, kind, k, strides, pads, count_pad, dil)]
 
 
 @converter("MaxPool")
@@ -564,9 +584,16 @@ def _split(ctx, n, ins, a):
         sizes = [min(step, shp[ax] - i * step) for i in range(k)]
     outs, start = [], 0
     for s in sizes:
-        outs.append(G.slice(_node(x), ax, start, start + s))
+        if s == 0:            # an empty piece: a known empty array (graphs hold no empty tensors)
+            outs.append(np.zeros(shp[:ax] + (0,) + shp[ax + 1:], _np_dtype(x)))
+        else:
+            outs.append(G.slice(_node(x), ax, start, start + s))
         start += s
     return outs
+
+
+def _np_dtype(v):
+    return v.dtype if isinstance(v, np.ndarray) else np.dtype(v.dtype)
 
 
 @converter("Slice")
@@ -622,10 +649,9 @@ def _constant_of_shape(ctx, n, ins, a):
 def _pad(ctx, n, ins, a):
     x = ins[0]
     shp = _shape(x)
-    mode = a.get("mode", b"constant")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
-    if mode != "constant":
-        raise NotImplementedError(f"Pad mode {mode!r} (only 'constant')")
+    mode = _str(a, "mode", "constant")
+    if mode not in ("constant", "edge", "reflect", "wrap"):
+        raise NotImplementedError(f"Pad mode {mode!r}")
     if ctx.opset < 11:
         pads, value, axes = list(a["pads"]), float(a.get("value", 0.0)), None
     else:
@@ -641,4 +667,22 @@ def _pad(ctx, n, ins, a):
         per[ax] = (pads[i], pads[k + i])
     if any(p < 0 for pair in per for p in pair):
         raise NotImplementedError("negative pads (cropping)")
-    return [M.pad(_node(x), per, value)]
+    if mode == "constant":
+        return [M.pad(_node(x), per, value)]
+    out = _node(x)
+    for ax, (lo, hi) in enumerate(per):       # the other modes: a gather of each axis
+        if lo or hi:
+            size = shp[ax]
+            i = np.arange(-lo, size + hi)
+            if mode == "edge":
+                i = np.clip(i, 0, size - 1)
+            elif mode == "wrap":
+                i = i % size
+            else:
+                if size == 1:
+                    raise NotImplementedError("Pad mode 'reflect' of an axis of 1 element")
+                period = 2 * (size - 1)
+                i = np.abs((i + period * (1 + lo // period)) % period)
+                i = np.where(i >= size, period - i, i)
+            out = M.gather(out, G.constant(i.astype(np.int64)), ax)
+    return [out]

@@ -183,7 +183,7 @@ def import_model(model, shapes=None, known=None) -> ModelImport:
         except NotImplementedError as e:
             raise UnsupportedOperatorError(f"from_onnx: node {label} ({n.op_type}): {e}") \
                 from None
-        except (TensorlangError, ValueError, TypeError, IndexError) as e:
+        except (TensorlangError, ValueError) as e:     # shapes that do not fit, named
             raise ONNXImportError(f"from_onnx: node {label} ({n.op_type}): {e}") from None
         for name, v in zip(n.output, outs):
             if name:
