@@ -36,7 +36,8 @@ class BackendRep(_base()[1]):
         self._plans: dict[tuple, tuple] = {}
         self._by_value: dict[tuple, tuple] = {}     # shapes -> inputs imported by value
 
-    def _feed_arrays(self, inputs) -> dict[str, np.ndarray]:
+    def _feed_arrays(self, inputs) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """(the inputs as the graph takes them, the inputs as given)."""
         if isinstance(inputs, dict):
             missing = [n for n in self.input_names if n not in inputs]
             if missing:
@@ -53,37 +54,38 @@ class BackendRep(_base()[1]):
                 raise TensorlangError(f"run: the model takes {len(self.input_names)} input(s) "
                                       f"{self.input_names}, got {len(inputs)}")
             arrays = dict(zip(self.input_names, inputs))
-        out = {}
+        out, given = {}, {}
         for n, a in arrays.items():
-            a = np.asarray(a)
+            a = given[n] = np.asarray(a)
             if a.dtype.kind in "iub":
                 a = a.astype(np.int64)
             elif a.dtype not in (np.float32, np.float64):
                 raise TensorlangError(f"run: input {n} has dtype {a.dtype}; expected float32, "
                                       "float64 or an integer or bool type")
             out[n] = a
-        return out
+        return out, given
 
-    def _plan(self, arrays):
+    def _plan(self, arrays, given):
         key = tuple((n, a.shape, a.dtype.str) for n, a in arrays.items())
         plan = self._plans.get(key)
         if plan is None and key in self._by_value:
-            known = {n: arrays[n] for n in self._by_value[key]}
+            known = {n: given[n] for n in self._by_value[key]}
             vkey = key + tuple((n, v.tobytes()) for n, v in known.items())
             plan = self._plans.get(vkey)
             key = vkey
         if plan is None:
             shapes = {n: a.shape for n, a in arrays.items()}
-            # empty integer inputs (no axes given) cannot be Variables: taken by value
-            known = {n: a for n, a in arrays.items() if a.size == 0 and a.dtype == np.int64}
+            # empty inputs (no axes given, an empty set) hold no values: taken as constants,
+            # in their own types (graphs hold no empty tensors)
+            known = {n: given[n] for n, a in arrays.items() if a.size == 0}
             try:
                 m = import_model(self.proto, shapes, known)
             except ValueNeededError:
                 # an input decides shapes (a Reshape's shape fed at run time): small integer
                 # inputs become constants, and the model is imported per their values
-                known = {n: a for n, a in arrays.items()
+                known = {n: given[n] for n, a in arrays.items()
                          if a.dtype == np.int64 and a.size <= MAX_KNOWN_ELEMENTS
-                         or a.size == 1}
+                         or a.size <= 1}
                 if not known:
                     raise
                 m = import_model(self.proto, shapes, known)
@@ -99,8 +101,8 @@ class BackendRep(_base()[1]):
         return plan
 
     def run(self, inputs, **kwargs):
-        arrays = self._feed_arrays(inputs)
-        m, ex = self._plan(arrays)
+        arrays, given = self._feed_arrays(inputs)
+        m, ex = self._plan(arrays, given)
         results = ex.run({v: arrays[n] for v, n in zip(m.inputs, m.input_names)})
         if not m.outputs:
             return []

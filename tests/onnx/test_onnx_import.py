@@ -230,3 +230,16 @@ def test_every_onnx_node_case_in_scope_matches_or_is_refused_clearly():
             matched_ours += kind == "match"
     assert not bad, "\n".join(bad)
     assert matched_ours >= 0.95 * total_ours, (matched_ours, total_ours)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["shufflenet", "squeezenet", "bvlc_alexnet"])
+def test_light_zoo_models_with_random_weights_match_onnxruntime(name):
+    from tensorlang.onnx.zoo import light_model_path, logits, model_input, with_random_weights
+
+    model = logits(with_random_weights(onnx.load(light_model_path(name))))
+    inp, x = model_input(model)
+    (got,) = TO.Backend.prepare(model).run([x])
+    (want,) = _ort(model, {inp: x})
+    assert got.shape == want.shape
+    assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
