@@ -14,6 +14,7 @@ at once.
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -261,6 +262,21 @@ def _auto_log() -> str | None:
                        f"schedule is searched in every run")
         return None
     return str(p)
+
+
+@dataclass(frozen=True)
+class KernelTime:
+    """One kernel of a plan in `Executor.profile`: the node it stores, the graph nodes fused
+    into it ("op name"), its mean seconds a run and its share of the run."""
+
+    node: str
+    fused: tuple[str, ...]
+    seconds: float
+    share: float
+
+    def __str__(self) -> str:
+        return (f"{self.seconds * 1e3:9.3f} ms {100 * self.share:5.1f}%  {self.node}: "
+                + ", ".join(self.fused))
 
 
 @dataclass
@@ -642,9 +658,11 @@ class Executor:
             seen.add(o.id)
         return result
 
-    def _run_steps(self, plan: _Plan, bufs: _Buffers, feeds: dict, given: list) -> list:
+    def _run_steps(self, plan: _Plan, bufs: _Buffers, feeds: dict, given: list,
+                   times: list | None = None) -> list:
         """Run the plan's kernels on the buffer set `bufs`: its arrays with this run's fed
-        arrays and outputs in their slots (returned)."""
+        arrays and outputs in their slots (returned). `times`: each step's seconds are
+        added to it (`profile`)."""
         arrays = list(bufs.arrays)
         for i in plan.fed:
             arrays[plan.slot_of[i]] = feeds[i]
@@ -657,11 +675,16 @@ class Executor:
         pointers = bufs.pointers
         for k, j, slot in plan.patches:
             pointers[k][j] = bufs.address(slot, arrays[slot])
-        for st, ptrs in zip(plan.steps, pointers):
+        for k, (st, ptrs) in enumerate(zip(plan.steps, pointers)):
+            t0 = time.perf_counter() if times is not None else 0.0
             if ptrs is None:
                 st.kernel(*[arrays[i] for i in st.inputs], arrays[st.output])
+                if times is not None:
+                    times[k] += time.perf_counter() - t0
                 continue
             status, record = st.kernel.kernel.run(*ptrs)
+            if times is not None:
+                times[k] += time.perf_counter() - t0
             if status == Status.NO_MEMORY:
                 raise MemoryError(f"node {st.node.name}: a temporary buffer could not be "
                                   "allocated")
@@ -670,6 +693,30 @@ class Executor:
                 e.add_note(f"(in the kernel of graph node {st.node.name})")
                 raise e
         return arrays
+
+    def profile(self, feed_dict, runs: int = 10) -> list[KernelTime]:
+        """Each kernel's time in `runs` runs of the plan for these feeds (after one run that
+        compiles it): a list of `KernelTime` (the graph nodes the kernel computes, fused
+        into it, its mean time and its share of the run), slowest first — what
+        onnxruntime's profiler and TVM's debug executor show. CPU targets."""
+        if not isinstance(runs, int) or runs < 1:
+            raise GraphError(f"profile: runs must be a positive int, got {runs!r}")
+        self.run(feed_dict)
+        plan = self._last
+        if plan.target in GPU_TARGETS:
+            raise NotImplementedError("profile: GPU plans are not profiled per kernel yet")
+        feeds = self._feeds(feed_dict)
+        times = [0.0] * len(plan.steps)
+        for _ in range(runs):
+            bufs = plan.buffers()
+            try:
+                self._run_steps(plan, bufs, feeds, [None] * len(self.outputs), times)
+            finally:
+                plan.idle.append(bufs)
+        total = sum(times) or 1.0
+        out = [KernelTime(st.node.name, tuple(f"{n.op} {n.name}" for n in st.nodes),
+                          t / runs, t / total) for st, t in zip(plan.steps, times)]
+        return sorted(out, key=lambda k: -k.seconds)
 
     def _outs(self, out, plan, feeds) -> list:
         """`run`'s `out`, checked: one entry per output, None or a fitting array."""
