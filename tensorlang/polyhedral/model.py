@@ -327,3 +327,15 @@ def statement_accesses(st: Statement, names: dict[int, str], box, params: str
     writes = [(buf, access_map(st, buf, idx, (), params, names[id(buf)], box(buf)))
               for buf, idx in statement_writes(st) if id(buf) in names]
     return reads, writes
+
+
+@dataclass(frozen=True)
+class TimedStatement:
+    """A statement with its time map and the loops (names, tags) its time dims stand for;
+    `path`: the constants of its time (statements with the same constants before a loop's
+    dim share that loop)."""
+
+    stmt: Statement
+    time: isl.Map
+    loops: tuple[Loop, ...]
+    path: tuple[int, ...] = ()

@@ -31,9 +31,8 @@ from ...ir.expr import (
 from ...ir.stmt import (
     Allocate, Barrier, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store, joined_barriers,
 )
-from ...ir.visit import map_children, stmt_exprs, walk, walk_stmt
+from ...ir.visit import map_children, stmt_exprs, uses_buffer, walk, walk_stmt
 from ...ir.unswitch import unswitch
-from ...polyhedral.placement import uses_buffer
 from ..abi import ERROR_RECORD_LEN, Status
 from ..llvm.vector import VectorContext
 

@@ -33,8 +33,7 @@ from ...config import debug_print, libdevice_path, timed
 from ...errors import ScheduleError, TensorlangError
 from ...ir.expr import Call, Const, IndexCheck, Load
 from ...ir.stmt import joined_barriers, Allocate, Barrier, For, LoopKind, Seq, Stmt, Store
-from ...ir.visit import stmt_exprs, walk
-from ...polyhedral.placement import uses_buffer
+from ...ir.visit import stmt_exprs, uses_buffer, walk
 from ..llvm.codegen import I32, I64, FunctionCodegen, memory_type
 from ..llvm.jit import parse_and_optimise
 from ..llvm.vector import VectorContext

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from llvmlite import ir
 
 from ...ir.expr import (
-    Add, Cast, Const, Expr, FloorDiv, FloorMod, IndexCheck, Load, Mul, Sub, Var, binary,
+    Add, Const, Expr, FloorDiv, FloorMod, Load, Mul, Var, binary,
 )
 from ...ir.stmt import Let, Store
 from ...ir.visit import map_expr, substitute, walk
-from ...polyhedral.affine import interval_condition
+from ...ir.affine import interval_condition, linear_coeff  # noqa: F401 (linear_coeff: vector's API)
 from . import stream
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
@@ -35,37 +35,6 @@ def type_suffix(t: ir.Type) -> str:
     if isinstance(t, ir.PointerType):
         return "p0"
     return {ir.HalfType: "f16", ir.FloatType: "f32", ir.DoubleType: "f64"}[type(t)]
-
-
-def linear_coeff(e: Expr, var: str) -> int | None:
-    """How much `e` changes when `var` grows by 1, if that is a constant; else None."""
-    if isinstance(e, Var):
-        return 1 if e.name == var else 0
-    if isinstance(e, Const):
-        return 0
-    if isinstance(e, (Add, Sub)):
-        a, b = linear_coeff(e.a, var), linear_coeff(e.b, var)
-        if a is None or b is None:
-            return None
-        return a + b if isinstance(e, Add) else a - b
-    if isinstance(e, Mul):
-        a, b = linear_coeff(e.a, var), linear_coeff(e.b, var)
-        if a == 0 and b == 0:
-            return 0
-        if a is not None and b == 0 and isinstance(e.b, Const):
-            return a * int(e.b.value)
-        if b is not None and a == 0 and isinstance(e.a, Const):
-            return b * int(e.a.value)
-        return None
-    if isinstance(e, IndexCheck):  # its value is the index's (the iteration is for messages)
-        return linear_coeff(e.index, var)
-    if isinstance(e, Cast) and e.dtype.is_int and e.value.dtype.is_int and \
-            e.dtype.bits >= e.value.dtype.bits:
-        return linear_coeff(e.value, var)
-    # anything else is linear only when it does not involve var at all
-    if any(isinstance(x, Var) and x.name == var for x in walk(e)):
-        return None
-    return 0
 
 
 def _terms(e: Expr) -> list[Expr]:
