@@ -37,7 +37,7 @@ from ...ir.visit import stmt_exprs, uses_buffer, walk
 from ..llvm.codegen import I32, I64, FunctionCodegen, memory_type
 from ..llvm.jit import parse_and_optimise
 from ..llvm.vector import VectorContext
-from ..llvm.target import _init
+from ...llvm_targets import init as _init
 from .codegen import ERROR_RECORD_LEN, MAX_GUARDED_UNROLL, Launch, _count
 
 TRIPLE = "nvptx64-nvidia-cuda"
