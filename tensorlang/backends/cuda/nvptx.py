@@ -34,7 +34,8 @@ from ...errors import ScheduleError, TensorlangError
 from ...ir.expr import Call, Const, IndexCheck, Load
 from ...ir.stmt import joined_barriers, Allocate, Barrier, For, LoopKind, Seq, Stmt, Store
 from ...ir.visit import stmt_exprs, uses_buffer, walk
-from ..llvm.codegen import I32, I64, FunctionCodegen, memory_type
+from ..llvm.codegen import FunctionCodegen
+from ..llvm.types import I32, I64, memory_type
 from ..llvm.jit import parse_and_optimise
 from ..llvm.vector import VectorContext
 from ...llvm_targets import init as _init

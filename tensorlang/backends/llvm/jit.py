@@ -17,7 +17,8 @@ from ...target import Target
 from ...ir.expr import Var
 from ...ir.stmt import Buffer, For, LoopKind, Stmt
 from ...ir.visit import walk_stmt
-from .codegen import ERROR_RECORD_LEN, emit_function, record_entry_name
+from ..abi import ERROR_RECORD_LEN, record_entry_name
+from .codegen import emit_function
 from .pool import RUNTIME_SYMBOLS, ensure_pool
 from .symbols import check_symbols
 from .target import new_target_machine, target_machine

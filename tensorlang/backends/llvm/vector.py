@@ -22,19 +22,8 @@ from ...ir.stmt import Let, Store
 from ...ir.visit import map_expr, substitute, walk
 from ...ir.affine import interval_condition, linear_coeff  # noqa: F401 (linear_coeff: vector's API)
 from . import stream
+from .types import I1, I32, I64, memory_type, type_suffix  # noqa: F401 (type_suffix: vector's API)
 
-I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
-
-
-def type_suffix(t: ir.Type) -> str:
-    """LLVM's overloaded-intrinsic suffix of a type: f32, i64, v8f32, ..."""
-    if isinstance(t, ir.VectorType):
-        return f"v{t.count}{type_suffix(t.element)}"
-    if isinstance(t, ir.IntType):
-        return f"i{t.width}"
-    if isinstance(t, ir.PointerType):
-        return "p0"
-    return {ir.HalfType: "f16", ir.FloatType: "f32", ir.DoubleType: "f64"}[type(t)]
 
 
 def _terms(e: Expr) -> list[Expr]:
@@ -235,8 +224,6 @@ class VectorContext:
     # ---------------------------------------------------------------------- loads
     def load(self, cg, e: Load) -> ir.Value:
         b = cg.builder
-        from .codegen import memory_type
-
         mt = memory_type(e.buffer.dtype)
         vt = ir.VectorType(mt, self.lanes)
         kind, idx = self._kind(e.indices, e.buffer, cg.extents(e.buffer))
