@@ -362,6 +362,23 @@ PRESETS: dict[str, tuple[str, str, str]] = {
     "amdgcn": ("amdgcn-amd-amdhsa", "gfx90a", ""),
 }
 
+GPU_KINDS = ("cuda", "nvptx")   # CUDA C through pycuda, or PTX through LLVM's NVPTX target
+
+
+def backend_kind(target) -> str:
+    """The backend that builds for `target`: "cuda" for the string "cuda" (CUDA C), "nvptx"
+    for "nvptx" and "nvptx -mcpu=sm_XX" (PTX through LLVM), else "llvm": a `tl.Target`'s
+    `kind`, and for any other string the kind of the Target `Target.parse` makes of it."""
+    if isinstance(target, Target):
+        return target.kind
+    if isinstance(target, str):
+        if target == "cuda":
+            return "cuda"
+        if target.split()[:1] == ["nvptx"]:
+            return "nvptx"
+    return "llvm"
+
+
 _PRESET_CACHE: dict[str, Target] = {}
 
 

@@ -14,7 +14,6 @@ import islpy as isl
 
 from ..ir.expr import And, Const, Expr, Load, Select, Var
 from ..ir.stmt import Buffer, If, Let, LoopKind, Stmt, Store, seq
-from ..ir.visit import walk
 from ..te.reduce import Reduce
 from ..te.tensor import ComputeOp, IterVar
 from .affine import affine_part, affine_str, condition_set, conjuncts
@@ -240,16 +239,6 @@ def buffer_box(bufname: str, shape: tuple[Expr, ...], params: str) -> isl.Set:
     conds = [f"0 <= {n} < {_bound(s, f'buffer {bufname}')}" for n, s in zip(names, shape)]
     body = " and ".join(conds) if conds else "1 = 1"
     return isl.Set(f"[{params}] -> {{ {bufname}[{', '.join(names)}] : {body} }}")
-
-
-def params_of(exprs) -> list[str]:
-    """Names of the size/scalar variables used in `exprs`, in first-use order."""
-    seen: dict[str, None] = {}
-    for e in exprs:
-        for x in walk(e):
-            if isinstance(x, Var):
-                seen.setdefault(x.name, None)
-    return list(seen)
 
 
 def accumulator_buffers(op: ComputeOp) -> tuple[object, ...]:
