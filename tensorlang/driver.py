@@ -89,7 +89,7 @@ class Module:
 
     def status_error(self, status: int, record) -> Exception:
         """The exception for a kernel's nonzero status; `record` is its error record (a
-        sequence of int64, see `backends/llvm/codegen.py`), read and cleared by the caller."""
+        sequence of int64, see `backends/abi.py`), read and cleared by the caller."""
         if status == Status.NO_MEMORY:
             return MemoryError(f"{self.name}: a temporary buffer could not be allocated")
         if status == Status.INDEX and record is not None and \
