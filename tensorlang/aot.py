@@ -23,8 +23,7 @@ import numpy as np
 
 from .errors import TensorlangError
 from .backends.llvm.aot import C_TYPES
-from .backends.abi import ERROR_RECORD_LEN, Status
-from .backends.llvm.codegen import error_record_name
+from .backends.abi import ERROR_RECORD_LEN, Status, error_record_name
 from .target import Target
 
 

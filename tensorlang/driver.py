@@ -11,7 +11,7 @@ from .config import timed
 from .errors import BoundsError, IndexBoundsError, TensorlangError
 from .schedule.lower import LoweredFunc, lower
 from .schedule.schedule import Schedule
-from .target import Target
+from .target import Target, backend_kind
 from .te.tensor import ComputeOp, Tensor
 
 
@@ -89,7 +89,7 @@ class Module:
 
     def status_error(self, status: int, record) -> Exception:
         """The exception for a kernel's nonzero status; `record` is its error record (a
-        sequence of int64, see `backends/llvm/codegen.py`), read and cleared by the caller."""
+        sequence of int64, see `backends/abi.py`), read and cleared by the caller."""
         if status == Status.NO_MEMORY:
             return MemoryError(f"{self.name}: a temporary buffer could not be allocated")
         if status == Status.INDEX and record is not None and \
@@ -320,11 +320,10 @@ def build(s: Schedule, args, target="llvm", name: str = "main", checks: bool = T
             return build(s, args, target, name, checks)
         finally:
             _FASTMATH.reset(token)
-    if isinstance(target, str):
-        kind = target.split()[0] if target.split() else ""
-        if kind == "nvptx":
-            return _build_nvptx(s, args, target, name, checks)
-    elif not isinstance(target, Target):
+    kind = backend_kind(target)
+    if kind == "nvptx":
+        return _build_nvptx(s, args, target, name, checks)
+    if not isinstance(target, (str, Target)):
         raise TensorlangError(f"build: target must be a tl.Target or a string such as 'llvm' "
                               f"or 'aarch64', got {target!r}")
     _check_name(name)
@@ -334,7 +333,7 @@ def build(s: Schedule, args, target="llvm", name: str = "main", checks: bool = T
     from .backends.llvm import compile_kernel
     from .backends.llvm.aot import compile_object
 
-    if target == "cuda":
+    if kind == "cuda":
         from .backends.cuda.module import CudaKernel
 
         with timed("build"):

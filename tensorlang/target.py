@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from .cpus import CPUModel, cpu_model, host_model
 from .errors import TensorlangError
+from .llvm_targets import check_known, host_description, missing_host_features
 
 # arch (first word of the triple) -> default vector bits when the features do not say more
 _X86 = ("x86_64", "i386", "i686")
@@ -95,11 +96,9 @@ class Target:
         # another machine describe this one
         name = "host" if "mcpu" not in opts and (triple, cpu, features) == \
             (host.triple, host.cpu, host.features) else "custom"
-        t = Target(triple, cpu, features, name)
-        from .backends.llvm.target import validate
-
-        validate(t)
-        return t
+        if name == "custom":     # LLVM knows the others
+            check_known(triple, cpu, features, tuple(PRESETS))
+        return Target(triple, cpu, features, name)
 
     @staticmethod
     def preset(name: str) -> Target:
@@ -266,9 +265,7 @@ class Target:
             return False
         if self.cpu == host.cpu and self.features == host.features:
             return True
-        from .backends.llvm.target import missing_host_features
-
-        return not missing_host_features(self)
+        return not missing_host_features(self.cpu, self.features)
 
     @property
     def assembly_only(self) -> bool:
@@ -365,6 +362,23 @@ PRESETS: dict[str, tuple[str, str, str]] = {
     "amdgcn": ("amdgcn-amd-amdhsa", "gfx90a", ""),
 }
 
+GPU_KINDS = ("cuda", "nvptx")   # CUDA C through pycuda, or PTX through LLVM's NVPTX target
+
+
+def backend_kind(target) -> str:
+    """The backend that builds for `target`: "cuda" for the string "cuda" (CUDA C), "nvptx"
+    for "nvptx" and "nvptx -mcpu=sm_XX" (PTX through LLVM), else "llvm": a `tl.Target`'s
+    `kind`, and for any other string the kind of the Target `Target.parse` makes of it."""
+    if isinstance(target, Target):
+        return target.kind
+    if isinstance(target, str):
+        if target == "cuda":
+            return "cuda"
+        if target.split()[:1] == ["nvptx"]:
+            return "nvptx"
+    return "llvm"
+
+
 _PRESET_CACHE: dict[str, Target] = {}
 
 
@@ -376,10 +390,7 @@ def preset(name: str) -> Target:
     if name not in PRESETS:
         raise TensorlangError(f"target: unknown preset {name!r}; known: {', '.join(PRESETS)}")
     if name == "host":
-        from .backends.llvm.target import host_target
-
-        h = host_target()
-        t = Target(h.triple, h.cpu, h.features, "host")
+        t = Target(*host_description(), "host")
     else:
         triple, cpu, features = PRESETS[name]
         t = Target(triple, cpu, features, name)

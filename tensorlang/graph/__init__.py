@@ -14,6 +14,7 @@ from .api import (  # noqa: F401
     mul, neg, power, relu, reshape, sigmoid, sin, softmax, softmax_cross_entropy, sqrt, sub,
     slice, sum, tanh, transpose, zeros_like,
 )
+from . import model_ops, nnops, ops  # noqa: F401  (register the ops: registry.OPS)
 from .autodiff import gradients, jvp  # noqa: F401
 from ..backends.array_cache import (  # noqa: F401
     empty_cache as empty_array_cache, info as array_cache_info,

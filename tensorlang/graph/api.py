@@ -7,8 +7,8 @@ import itertools
 
 import numpy as np
 
-from .node import ConstValue, GraphError, Node
-from .ops import OPS
+from .node import OPERATORS, ConstValue, GraphError, Node
+from .registry import OPS
 
 _names = itertools.count(1)
 _FLOATS = ("float32", "float64")
@@ -295,3 +295,8 @@ def reshape_like(x, like):
 
 def zeros_like(x):
     return make("zeros_like", (x,))
+
+
+# Node's operators (+, -, *, /, **, @, unary -, .T) are these functions
+OPERATORS.update(add=add, sub=sub, mul=mul, div=div, power=power, matmul=matmul, neg=neg,
+                 transpose=transpose)

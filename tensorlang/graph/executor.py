@@ -34,13 +34,13 @@ from .nnops import conv2d_blocked_te
 from .fusion import ANCHORS, fuse, inline_members, reads_tensor
 from .node import GraphError, Node, topological_order
 from .ops import OPS
+from ..target import GPU_KINDS, backend_kind
 
 # compiled group kernels by (members, shapes, dtypes, target, schedules), the most recently
 # used KERNEL_CACHE_SIZE kept (a plan holds its own kernels alive)
 KERNEL_CACHE_SIZE = 128
 _KERNELS: OrderedDict[tuple, tuple] = OrderedDict()
 _KERNELS_LOCK = threading.Lock()
-GPU_TARGETS = ("cuda", "nvptx")   # CUDA C through nvcc, or PTX through LLVM
 
 
 GPU_ROW_MIN = 64   # a row (or reduction) this long gets a block of threads; shorter: one
@@ -187,7 +187,7 @@ def schedule_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "
         arg_shapes = [shapes[k] if src == "in" else tshapes[k] for src, k in operands]
         out_shape = tuple(OPS[op].shape(*arg_shapes, **kw))
         block = conv_block(out_shape, arg_shapes[1], str(args[0].dtype)) \
-            if op == "conv2d" and target not in GPU_TARGETS else None
+            if op == "conv2d" and backend_kind(target) not in GPU_KINDS else None
         if block is not None:       # channels in vectors (NCHW[x]c), see cpu_schedules
             t, kind = conv2d_blocked_te(args, arg_shapes, out_shape, block=block[0], **kw)
         else:
@@ -205,7 +205,7 @@ def schedule_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "
     if anchor is not None and not reads_tensor(out, anchor):
         anchor = None       # the output reads only the matmul's shape (an `unreduce`)
     kind = anchor_kind if anchor is not None else "rows" if kept else kinds[-1]
-    if target in GPU_TARGETS:
+    if backend_kind(target) in GPU_KINDS:
         return gpu_schedule(out, kind, fresh, anchor), ins, out
     work = _work(tshapes[-1], shapes)
     if schedules == "default":
@@ -357,6 +357,7 @@ class _Plan:
     def __init__(self, order, shapes, dtypes, outputs, fused=True, target="llvm",
                  schedules="default"):
         self.target = target
+        self.on_gpu = backend_kind(target) in GPU_KINDS
         self.steps: list[_Step] = []
         self.slot_of: dict[int, int] = {}
         self.arrays: list[np.ndarray] = []
@@ -435,7 +436,7 @@ class _Plan:
         return list({i.id: i for m in group for i in m.inputs if i.id not in inside}.values())
 
     def _new(self, shape, dtype) -> int:
-        if self.target in GPU_TARGETS:   # tensors stay on the device between kernels
+        if self.on_gpu:   # tensors stay on the device between kernels
             import pycuda.gpuarray as gpuarray
 
             self.arrays.append(gpuarray.zeros(shape, dtype))
@@ -444,7 +445,7 @@ class _Plan:
         return len(self.arrays) - 1
 
     def _set(self, slot: int, value: np.ndarray) -> None:
-        if self.target in GPU_TARGETS:
+        if self.on_gpu:
             dst = self.arrays[slot]
             dst.set(np.ascontiguousarray(value, dst.dtype).reshape(dst.shape))
         else:
@@ -556,12 +557,13 @@ class Executor:
         self.schedules = schedules
         if not self.outputs:
             raise GraphError("Executor: expected at least one node")
-        if target not in GPU_TARGETS and not str(target).startswith("llvm"):
+        if target not in GPU_KINDS and not str(target).startswith("llvm"):
             raise GraphError(f"Executor: target must be 'llvm', 'cuda' or 'nvptx', got "
                              f"{target!r}")
-        if target in GPU_TARGETS:
-            _cuda_context()
         self.target = target
+        self.on_gpu = backend_kind(target) in GPU_KINDS
+        if self.on_gpu:
+            _cuda_context()
         self.order = topological_order(self.outputs)
         self.variables = [n for n in self.order if n.op == "variable"]
         self._plans: OrderedDict[tuple, _Plan] = OrderedDict()   # LRU, max_plans
@@ -610,7 +612,7 @@ class Executor:
         shapes, dtypes = _infer(self.order, {i: (tuple(v.shape), str(v.dtype))
                                              for i, v in feeds.items()})
         return _Plan(self.order, shapes, dtypes, self.outputs, self.fuse,
-                     self.target if self.target in GPU_TARGETS else "llvm", self.schedules)
+                     self.target if self.on_gpu else "llvm", self.schedules)
 
     def run(self, feed_dict, out=None) -> list[np.ndarray]:
         """The outputs' values for the fed Variables. Each is a fresh array, or, with `out`
@@ -636,7 +638,7 @@ class Executor:
                 self._plans.move_to_end(sig)
         self._last = plan
         given = self._outs(out, plan, feeds)
-        if plan.target in GPU_TARGETS:
+        if plan.on_gpu:
             with plan.lock:
                 got = self._run_cuda(plan, feeds)
             return [g if o is None else (np.copyto(o, g), o)[1] for g, o in zip(got, given)]
@@ -703,7 +705,7 @@ class Executor:
             raise GraphError(f"profile: runs must be a positive int, got {runs!r}")
         self.run(feed_dict)
         plan = self._last
-        if plan.target in GPU_TARGETS:
+        if plan.on_gpu:
             raise NotImplementedError("profile: GPU plans are not profiled per kernel yet")
         feeds = self._feeds(feed_dict)
         times = [0.0] * len(plan.steps)

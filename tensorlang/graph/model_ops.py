@@ -14,7 +14,9 @@ import tensorlang as tl
 
 from . import shapes as S
 from .node import Node
-from .ops import _elementwise, _g, _read, _unbroadcast, register_op
+from . import api
+from .ops import _elementwise, _read, _unbroadcast
+from .registry import register_op
 
 
 def _no_grad(op: str):
@@ -57,7 +59,7 @@ def _pad_te(ts, shapes, out, pads, value):
 def _pad_grad(g, n):
     x = n.inputs[0]
     for d, (a, _) in enumerate(n.attr("pads")):
-        g = _g().slice(g, d, a, a + x.shape[d])
+        g = api.slice(g, d, a, a + x.shape[d])
     return [g]
 
 
@@ -68,7 +70,7 @@ register_op("pad", _pad_ref, _pad_shape, _pad_grad,
 def pad(x, pads, value: float = 0.0):
     """`x` with `pads[d] = (before, after)` elements of `value` around dimension d."""
     pads = tuple((int(a), int(b)) for a, b in pads)
-    return _g().make("pad", (x,), pads=pads, value=float(value))
+    return api.make("pad", (x,), pads=pads, value=float(value))
 
 
 # --------------------------------------------------------- the general convolution
@@ -143,8 +145,8 @@ def conv(x, w, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), groups: int 
     pads, groups = tuple(int(p) for p in pads), int(groups)
     if groups == 1 and dilations == (1, 1) and strides[0] == strides[1] and \
             len(set(pads)) == 1:
-        return _g().conv2d(x, w, stride=strides[0], padding=pads[0])
-    return _g().make("conv", (x, w), strides=strides, pads=pads, dilations=dilations,
+        return api.conv2d(x, w, stride=strides[0], padding=pads[0])
+    return api.make("conv", (x, w), strides=strides, pads=pads, dilations=dilations,
                      groups=groups)
 
 
@@ -234,7 +236,7 @@ def pool(x, kind: str, kernel, strides=None, pads=None, count_pad: bool = False,
     if len(strides) != nd or len(pads) != 2 * nd or len(dilations) != nd:
         raise tl.TensorlangError(f"pool: a {nd}-D kernel takes {nd} strides and dilations "
                                  f"and {2 * nd} pads, got {strides}, {dilations}, {pads}")
-    return _g().make("pool", (x,), kind=kind, kernel=kernel, strides=strides, pads=pads,
+    return api.make("pool", (x,), kind=kind, kernel=kernel, strides=strides, pads=pads,
                      count_pad=bool(count_pad), dilations=dilations)
 
 
@@ -248,7 +250,7 @@ def _pick(first: bool):
     """The adjoints of minimum/maximum: g goes to the operand chosen (the first on ties)."""
     def grad(g, n):
         a, b = n.inputs
-        ge = _g().make("greater_equal" if first else "less_equal", (a, b))
+        ge = api.make("greater_equal" if first else "less_equal", (a, b))
         return _unbroadcast([g * ge, g * (1.0 - ge)], n)
     return grad
 
@@ -283,14 +285,14 @@ def _dtype(ts):
 register_op("where", lambda c, a, b: np.where(c != 0, a, b).astype(np.result_type(a, b)),
             lambda c, a, b: S.broadcast(c, a, b),
             lambda g, n: [None,
-                          _g().sum_like(_g().make("where", (n.inputs[0], g, 0.0)), n.inputs[1]),
-                          _g().sum_like(_g().make("where", (n.inputs[0], 0.0, g)), n.inputs[2])],
+                          api.sum_like(api.make("where", (n.inputs[0], g, 0.0)), n.inputs[1]),
+                          api.sum_like(api.make("where", (n.inputs[0], 0.0, g)), n.inputs[2])],
             _no_jvp("where"), _where_te)
 
 
 def where(cond, a, b):
     """`a` where `cond` is nonzero, else `b` (numpy broadcasting)."""
-    node = _g().make("where", (cond, a, b))
+    node = api.make("where", (cond, a, b))
     return _retyped(node, np.result_type(*[i.dtype for i in node.inputs[1:]]).name)
 
 
@@ -302,11 +304,11 @@ def _retyped(node, dtype: str):
 
 
 def maximum(a, b):
-    return _g().make("maximum", (a, b))
+    return api.make("maximum", (a, b))
 
 
 def minimum(a, b):
-    return _g().make("minimum", (a, b))
+    return api.make("minimum", (a, b))
 
 
 def compare(op: str, a, b):
@@ -314,7 +316,7 @@ def compare(op: str, a, b):
     less_equal, greater_equal; `equal` is `G.equal`)."""
     if op not in _COMPARE:
         raise tl.TensorlangError(f"compare: op must be one of {sorted(_COMPARE)}, got {op!r}")
-    return _g().make(op, (a, b))
+    return api.make(op, (a, b))
 
 
 def _erf_ref(x):
@@ -323,19 +325,19 @@ def _erf_ref(x):
 
 
 register_op("erf", _erf_ref, lambda s: tuple(s),
-            lambda g, n: [g * (2.0 / np.sqrt(np.pi)) * _g().exp(-n.inputs[0] * n.inputs[0])],
+            lambda g, n: [g * (2.0 / np.sqrt(np.pi)) * api.exp(-n.inputs[0] * n.inputs[0])],
             _no_jvp("erf"), _elementwise(tl.erf))
 register_op("abs", np.abs, lambda s: tuple(s),
-            lambda g, n: [g * (_g().make("greater_equal", (n.inputs[0], 0.0)) * 2.0 - 1.0)],
+            lambda g, n: [g * (api.make("greater_equal", (n.inputs[0], 0.0)) * 2.0 - 1.0)],
             _no_jvp("abs"), _elementwise(tl.abs))
 
 
 def erf(x):
-    return _g().make("erf", (x,))
+    return api.make("erf", (x,))
 
 
 def abs(x):  # noqa: A001
-    return _g().make("abs", (x,))
+    return api.make("abs", (x,))
 
 
 # ----------------------------------------------------------------------- casts
@@ -356,7 +358,7 @@ def cast(x, dtype: str):
     dtype = str(np.dtype(dtype))
     if dtype not in _CASTS:
         raise tl.TensorlangError(f"cast: dtype must be one of {_CASTS}, got {dtype}")
-    return _retyped(_g().make("cast", (x,), dtype=dtype), dtype)
+    return _retyped(api.make("cast", (x,), dtype=dtype), dtype)
 
 
 # ----------------------------------------------------------------------- gather
@@ -390,7 +392,7 @@ register_op("gather", _gather_ref, _gather_shape, _no_grad("gather"), _no_jvp("g
 def gather(x, indices, axis: int = 0):
     """numpy's take along `axis`: the elements of `x` at the int64 `indices` (negative ones
     count from the end); an index out of range is the kernel's index error."""
-    node = _g().make("gather", (x, indices), axis=int(axis))
+    node = api.make("gather", (x, indices), axis=int(axis))
     if node.inputs[1].dtype != "int64":
         raise tl.TensorlangError(f"gather: indices must be int64, got {node.inputs[1].dtype}")
     return _retyped(node, node.inputs[0].dtype)

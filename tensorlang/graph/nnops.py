@@ -12,8 +12,10 @@ import numpy as np
 
 import tensorlang as tl
 
+from . import api
 from . import shapes as S
-from .ops import _add_t, _g, register_op
+from .ops import _add_t
+from .registry import register_op
 
 
 # ------------------------------------------------------------------ numpy references
@@ -234,7 +236,7 @@ def avg_pool_bx_te(ts, shapes, out, kernel, stride):
 
 # ------------------------------------------------------------------ registry
 def _mk(op, inputs, n):
-    return _g().make(op, inputs, **n.kwargs)
+    return api.make(op, inputs, **n.kwargs)
 
 
 def _conv_grad(g, n):

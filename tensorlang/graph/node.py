@@ -1,6 +1,6 @@
 """The graph IR: immutable nodes, topological order and a printer.
 
-A `Node` is one application of an op (`ops.OPS`) to input nodes, with attributes. Its shape
+A `Node` is one application of an op (`registry.OPS`) to input nodes, with attributes. Its shape
 and dtype are inferred when it is made (errors name the op and the shapes); a `Variable`
 made without a shape has shape None, and so do the nodes computed from it, until the
 executor binds feeds. Nodes never change after construction, so a graph is a DAG by
@@ -10,12 +10,18 @@ construction; `topological_order` still checks, as graphs can be assembled by ot
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 import numpy as np
 
 from ..errors import TensorlangError
 
 _ids = itertools.count()
+
+# The functions Node's operators call ("add", "sub", "mul", "div", "power", "matmul", "neg",
+# "transpose"): api.py's, which it puts here when it is imported. api.py makes nodes, so it
+# imports this module; the package imports api before any node can be made.
+OPERATORS: dict[str, Callable] = {}
 
 
 class GraphError(TensorlangError):
@@ -52,55 +58,49 @@ class Node:
 
     __hash__ = object.__hash__
 
-    # arithmetic builds nodes (graph.api defines the functions)
+    # arithmetic builds nodes with the user functions (OPERATORS)
     def __add__(self, o):
-        return _api().add(self, o)
+        return OPERATORS["add"](self, o)
 
     def __radd__(self, o):
-        return _api().add(o, self)
+        return OPERATORS["add"](o, self)
 
     def __sub__(self, o):
-        return _api().sub(self, o)
+        return OPERATORS["sub"](self, o)
 
     def __rsub__(self, o):
-        return _api().sub(o, self)
+        return OPERATORS["sub"](o, self)
 
     def __mul__(self, o):
-        return _api().mul(self, o)
+        return OPERATORS["mul"](self, o)
 
     def __rmul__(self, o):
-        return _api().mul(o, self)
+        return OPERATORS["mul"](o, self)
 
     def __truediv__(self, o):
-        return _api().div(self, o)
+        return OPERATORS["div"](self, o)
 
     def __rtruediv__(self, o):
-        return _api().div(o, self)
+        return OPERATORS["div"](o, self)
 
     def __pow__(self, o):
-        return _api().power(self, o)
+        return OPERATORS["power"](self, o)
 
     def __rpow__(self, o):
-        return _api().power(o, self)
+        return OPERATORS["power"](o, self)
 
     def __matmul__(self, o):
-        return _api().matmul(self, o)
+        return OPERATORS["matmul"](self, o)
 
     def __rmatmul__(self, o):
-        return _api().matmul(o, self)
+        return OPERATORS["matmul"](o, self)
 
     def __neg__(self):
-        return _api().neg(self)
+        return OPERATORS["neg"](self)
 
     @property
     def T(self):  # noqa: N802
-        return _api().transpose(self)
-
-
-def _api():
-    from . import api
-
-    return api
+        return OPERATORS["transpose"](self)
 
 
 def topological_order(outputs) -> list[Node]:

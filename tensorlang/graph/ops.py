@@ -1,5 +1,6 @@
-"""The op registry: per op, side by side, its numpy reference, shape rule, gradient rule
-(in graph ops, so gradients of gradients work), JVP rule and TE definition.
+"""The ops' rules, registered in `registry.OPS`: per op, side by side, its numpy reference,
+shape rule, gradient rule (in graph ops, so gradients of gradients work), JVP rule and TE
+definition.
 
 Rules:
 - ``grad(g, node)`` returns one adjoint node (or None: zero) per input of `node`, given the
@@ -12,37 +13,14 @@ Rules:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from collections.abc import Callable
 
 import numpy as np
 
 import tensorlang as tl
 
+from . import api
 from . import shapes as S
-
-
-@dataclass(frozen=True)
-class OpDef:
-    name: str
-    reference: Callable
-    shape: Callable
-    grad: Callable
-    jvp: Callable
-    te: Callable | None
-
-
-OPS: dict[str, OpDef] = {}
-
-
-def register_op(name, reference, shape, grad, jvp, te) -> None:
-    OPS[name] = OpDef(name, reference, shape, grad, jvp, te)
-
-
-def _g():
-    from . import api
-
-    return api
+from .registry import OPS, OpDef, register_op  # noqa: F401 (OPS, OpDef: the ops' API)
 
 
 def _add_t(a, b):
@@ -75,7 +53,7 @@ def _zero(t):
 
 # ============================================================ elementwise
 def _unbroadcast(pairs, node):
-    return [None if g is None else _g().sum_like(g, x) for g, x in zip(pairs, node.inputs)]
+    return [None if g is None else api.sum_like(g, x) for g, x in zip(pairs, node.inputs)]
 
 
 def _binary(name, ref, fn, grad, jvp):
@@ -83,7 +61,7 @@ def _binary(name, ref, fn, grad, jvp):
 
 
 def _fit(t, node):
-    return None if t is None else _g().broadcast_like(t, node)
+    return None if t is None else api.broadcast_like(t, node)
 
 
 _binary("add", np.add, lambda a, b: a + b,
@@ -119,18 +97,18 @@ def _power_te(a, b):
 
 _binary("power", _power_ref, _power_te,
         lambda g, n: _unbroadcast([g * n.inputs[1] * n.inputs[0] ** (n.inputs[1] - 1.0),
-                                   g * n * _g().log(n.inputs[0])], n),
+                                   g * n * api.log(n.inputs[0])], n),
         lambda n, t: _fit(_add_t(
             None if t[0] is None else t[0] * n.inputs[1] * n.inputs[0] ** (n.inputs[1] - 1.0),
-            None if t[1] is None else t[1] * n * _g().log(n.inputs[0])), n))
+            None if t[1] is None else t[1] * n * api.log(n.inputs[0])), n))
 _binary("equal", lambda a, b: (a == b).astype(np.result_type(a, b)),
         lambda a, b: tl.if_then_else(a == b, 1.0, 0.0).astype(a.dtype),
         lambda g, n: [None, None], lambda n, t: None)
 _binary("relu_grad", lambda x, g: np.where(x > 0, g, 0).astype(np.result_type(x, g)),
         lambda x, g: tl.if_then_else(x > 0, g, _zero(g)),
-        lambda g, n: [None, _g().sum_like(_g().make("relu_grad", (n.inputs[0], g)),
+        lambda g, n: [None, api.sum_like(api.make("relu_grad", (n.inputs[0], g)),
                                           n.inputs[1])],
-        lambda n, t: None if t[1] is None else _fit(_g().make("relu_grad", (n.inputs[0], t[1])),
+        lambda n, t: None if t[1] is None else _fit(api.make("relu_grad", (n.inputs[0], t[1])),
                                                      n))
 
 
@@ -149,14 +127,14 @@ def _sigmoid(x):
 _unary("neg", np.negative, lambda x: -x, lambda x, y: -1.0)
 _unary("exp", np.exp, tl.exp, lambda x, y: y)
 _unary("log", np.log, tl.log, lambda x, y: 1.0 / x)
-_unary("sin", np.sin, tl.sin, lambda x, y: _g().cos(x))
-_unary("cos", np.cos, tl.cos, lambda x, y: -_g().sin(x))
+_unary("sin", np.sin, tl.sin, lambda x, y: api.cos(x))
+_unary("cos", np.cos, tl.cos, lambda x, y: -api.sin(x))
 _unary("tanh", np.tanh, tl.tanh, lambda x, y: 1.0 - y * y)
 _unary("sqrt", np.sqrt, tl.sqrt, lambda x, y: 0.5 / y)
 _unary("sigmoid", _sigmoid, tl.sigmoid, lambda x, y: y * (1.0 - y))
 register_op("relu", lambda x: np.maximum(x, 0).astype(x.dtype), lambda s: tuple(s),
-            lambda g, n: [_g().make("relu_grad", (n.inputs[0], g))],
-            lambda n, t: None if t[0] is None else _g().make("relu_grad", (n.inputs[0], t[0])),
+            lambda g, n: [api.make("relu_grad", (n.inputs[0], g))],
+            lambda n, t: None if t[0] is None else api.make("relu_grad", (n.inputs[0], t[0])),
             _elementwise(lambda x: tl.if_then_else(x > 0, x, _zero(x))))
 register_op("zeros_like", np.zeros_like, lambda s: tuple(s), lambda g, n: [None],
             lambda n, t: None, _elementwise(lambda x: _zero(x)))
@@ -195,7 +173,7 @@ def _reduce_te(reducer, mean=False):
 
 def _max_mask(n, x):
     """Where x attains the reduction's maximum, divided by the number of ties."""
-    G = _g()
+    G = api
     axis, keepdims = n.attr("axis"), n.attr("keepdims")
     mask = G.equal(x, G.unreduce(n, x, axis, keepdims))
     return mask / G.unreduce(G.sum(mask, axis=axis, keepdims=keepdims), x, axis, keepdims)
@@ -203,22 +181,22 @@ def _max_mask(n, x):
 
 register_op("sum", lambda x, axis, keepdims: np.sum(x, axis=axis, keepdims=keepdims),
             lambda s, axis, keepdims: S.reduced(s, axis, keepdims),
-            lambda g, n: [_g().unreduce(g, n.inputs[0], n.attr("axis"), n.attr("keepdims"))],
-            lambda n, t: None if t[0] is None else _g().sum(t[0], n.attr("axis"),
+            lambda g, n: [api.unreduce(g, n.inputs[0], n.attr("axis"), n.attr("keepdims"))],
+            lambda n, t: None if t[0] is None else api.sum(t[0], n.attr("axis"),
                                                             n.attr("keepdims")),
             _reduce_te(tl.sum))
 register_op("mean", lambda x, axis, keepdims: np.mean(x, axis=axis, keepdims=keepdims),
             lambda s, axis, keepdims: S.reduced(s, axis, keepdims),
-            lambda g, n: [_g().unreduce(g, n.inputs[0], n.attr("axis"), n.attr("keepdims"),
+            lambda g, n: [api.unreduce(g, n.inputs[0], n.attr("axis"), n.attr("keepdims"),
                                         True)],
-            lambda n, t: None if t[0] is None else _g().mean(t[0], n.attr("axis"),
+            lambda n, t: None if t[0] is None else api.mean(t[0], n.attr("axis"),
                                                              n.attr("keepdims")),
             _reduce_te(tl.sum, mean=True))
 register_op("max", lambda x, axis, keepdims: np.max(x, axis=axis, keepdims=keepdims),
             lambda s, axis, keepdims: S.reduced(s, axis, keepdims),
-            lambda g, n: [_max_mask(n, n.inputs[0]) * _g().unreduce(
+            lambda g, n: [_max_mask(n, n.inputs[0]) * api.unreduce(
                 g, n.inputs[0], n.attr("axis"), n.attr("keepdims"))],
-            lambda n, t: None if t[0] is None else _g().sum(
+            lambda n, t: None if t[0] is None else api.sum(
                 _max_mask(n, n.inputs[0]) * t[0], n.attr("axis"), n.attr("keepdims")),
             _reduce_te(tl.max))
 
@@ -247,9 +225,9 @@ def _unreduce_te(ts, shapes, out, axis, keepdims, mean):
 
 
 register_op("unreduce", _unreduce_ref, lambda g, x, axis, keepdims, mean: tuple(x),
-            lambda G, n: [(_g().mean if n.attr("mean") else _g().sum)(
+            lambda G, n: [(api.mean if n.attr("mean") else api.sum)(
                 G, n.attr("axis"), n.attr("keepdims")), None],
-            lambda n, t: None if t[0] is None else _g().unreduce(
+            lambda n, t: None if t[0] is None else api.unreduce(
                 t[0], n.inputs[1], n.attr("axis"), n.attr("keepdims"), n.attr("mean")),
             _unreduce_te)
 
@@ -287,18 +265,18 @@ def _bcast_te(ts, shapes, out, **_):
 
 
 register_op("sum_like", lambda x, like: _sum_like_ref(x, like), _sum_like_shape,
-            lambda g, n: [_g().broadcast_like(g, n.inputs[0]), None],
-            lambda n, t: None if t[0] is None else _g().sum_like(t[0], n.inputs[1]),
+            lambda g, n: [api.broadcast_like(g, n.inputs[0]), None],
+            lambda n, t: None if t[0] is None else api.sum_like(t[0], n.inputs[1]),
             _sum_like_te)
 register_op("broadcast_like", lambda x, like: np.broadcast_to(x, like.shape).copy(),
             lambda x, like: _check_bcast(x, like),
-            lambda g, n: [_g().sum_like(g, n.inputs[0]), None],
-            lambda n, t: None if t[0] is None else _g().broadcast_like(t[0], n.inputs[1]),
+            lambda g, n: [api.sum_like(g, n.inputs[0]), None],
+            lambda n, t: None if t[0] is None else api.broadcast_like(t[0], n.inputs[1]),
             _bcast_te)
 register_op("broadcast_to", lambda x, shape: np.broadcast_to(x, shape).copy(),
             lambda x, shape: _check_bcast(x, shape),
-            lambda g, n: [_g().sum_like(g, n.inputs[0])],
-            lambda n, t: None if t[0] is None else _g().broadcast_to(t[0], n.attr("shape")),
+            lambda g, n: [api.sum_like(g, n.inputs[0])],
+            lambda n, t: None if t[0] is None else api.broadcast_to(t[0], n.attr("shape")),
             _bcast_te)
 
 
@@ -324,13 +302,13 @@ def _reshape_te(ts, shapes, out, **_):
 
 register_op("reshape", lambda x, shape: np.reshape(x, S.reshaped(x.shape, shape)).copy(),
             lambda x, shape: S.reshaped(x, shape),
-            lambda g, n: [_g().reshape_like(g, n.inputs[0])],
-            lambda n, t: None if t[0] is None else _g().reshape(t[0], n.attr("shape")),
+            lambda g, n: [api.reshape_like(g, n.inputs[0])],
+            lambda n, t: None if t[0] is None else api.reshape(t[0], n.attr("shape")),
             _reshape_te)
 register_op("reshape_like", lambda x, like: np.reshape(x, like.shape).copy(),
             lambda x, like: S.reshaped(x, like),
-            lambda g, n: [_g().reshape_like(g, n.inputs[0]), None],
-            lambda n, t: None if t[0] is None else _g().reshape_like(t[0], n.inputs[1]),
+            lambda g, n: [api.reshape_like(g, n.inputs[0]), None],
+            lambda n, t: None if t[0] is None else api.reshape_like(t[0], n.inputs[1]),
             _reshape_te)
 
 
@@ -352,9 +330,9 @@ def _inverse(axes, ndim):
 
 register_op("transpose", lambda x, axes: np.transpose(x, axes).copy(),
             lambda x, axes: tuple(x[a] for a in S.permutation(axes, len(x))),
-            lambda g, n: [_g().transpose(g, None if n.attr("axes") is None else
+            lambda g, n: [api.transpose(g, None if n.attr("axes") is None else
                                          _inverse(n.attr("axes"), len(n.attr("axes"))))],
-            lambda n, t: None if t[0] is None else _g().transpose(t[0], n.attr("axes")),
+            lambda n, t: None if t[0] is None else api.transpose(t[0], n.attr("axes")),
             _transpose_te)
 
 
@@ -379,10 +357,10 @@ def _concat_te(ts, shapes, out, axis):
 
 register_op("concat", lambda *xs, axis: np.concatenate(xs, axis=axis),
             lambda *ss, axis: S.concat(ss, axis),
-            lambda g, n: [_g().make("concat_part", (g, *n.inputs), axis=n.attr("axis"), index=k)
+            lambda g, n: [api.make("concat_part", (g, *n.inputs), axis=n.attr("axis"), index=k)
                           for k in range(len(n.inputs))],
-            lambda n, t: None if all(x is None for x in t) else _g().concat(
-                [x if x is not None else _g().zeros_like(i) for x, i in zip(t, n.inputs)],
+            lambda n, t: None if all(x is None for x in t) else api.concat(
+                [x if x is not None else api.zeros_like(i) for x, i in zip(t, n.inputs)],
                 n.attr("axis")),
             _concat_te)
 
@@ -403,14 +381,14 @@ def _part_te(ts, shapes, out, axis, index):
 def _part_grad(G, n):
     xs = n.inputs[1:]
     k = n.attr("index")
-    parts = [G if j == k else _g().zeros_like(x) for j, x in enumerate(xs)]
-    return [_g().concat(parts, n.attr("axis"))] + [None] * len(xs)
+    parts = [G if j == k else api.zeros_like(x) for j, x in enumerate(xs)]
+    return [api.concat(parts, n.attr("axis"))] + [None] * len(xs)
 
 
 register_op("concat_part", _part_ref,
             lambda g, *xs, axis, index: tuple(xs[index]),
             _part_grad,
-            lambda n, t: None if t[0] is None else _g().make(
+            lambda n, t: None if t[0] is None else api.make(
                 "concat_part", (t[0], *n.inputs[1:]), axis=n.attr("axis"),
                 index=n.attr("index")),
             _part_te)
@@ -434,7 +412,7 @@ def _slice_te(ts, shapes, out, axis, start, stop):
 def _slice_grad(g, n):
     """The adjoint of a slice: g where the slice was, zeros around it (an `unslice` of x's
     shape, known only when the graph runs for a Variable made without one)."""
-    return [_g().make("unslice", (g, n.inputs[0]), axis=n.attr("axis"), start=n.attr("start"),
+    return [api.make("unslice", (g, n.inputs[0]), axis=n.attr("axis"), start=n.attr("start"),
                       stop=n.attr("stop"))]
 
 
@@ -466,8 +444,8 @@ def _unslice_te(ts, shapes, out, axis, start, stop):
 
 # g placed at [start, stop) along `axis` of x's shape, zeros elsewhere (x: its shape only)
 register_op("unslice", _unslice_ref, _unslice_shape,
-            lambda G, n: [_g().slice(G, n.attr("axis"), n.attr("start"), n.attr("stop")), None],
-            lambda n, t: None if t[0] is None else _g().make(
+            lambda G, n: [api.slice(G, n.attr("axis"), n.attr("start"), n.attr("stop")), None],
+            lambda n, t: None if t[0] is None else api.make(
                 "unslice", (t[0], n.inputs[1]), axis=n.attr("axis"), start=n.attr("start"),
                 stop=n.attr("stop")),
             _unslice_te)
@@ -475,7 +453,7 @@ register_op("unslice", _unslice_ref, _unslice_shape,
 
 register_op("slice", lambda x, axis, start, stop: np.take(x, range(start, stop), axis=axis),
             _slice_shape, _slice_grad,
-            lambda n, t: None if t[0] is None else _g().make(
+            lambda n, t: None if t[0] is None else api.make(
                 "slice", (t[0],), axis=n.attr("axis"), start=n.attr("start"),
                 stop=n.attr("stop")),
             _slice_te)
@@ -513,7 +491,7 @@ def _read_batch(shp, bi, nb):
 
 
 def _mm_grad(g, n):
-    G = _g()
+    G = api
     a, b = n.inputs
     ta, tb = n.attr("ta"), n.attr("tb")
     mm = lambda x, y, tx, ty: G.make("matmul", (x, y), ta=tx, tb=ty)  # noqa: E731
@@ -524,9 +502,9 @@ def _mm_grad(g, n):
 
 register_op("matmul", _mm_ref, lambda a, b, ta, tb: S.matmul(a, b, ta, tb), _mm_grad,
             lambda n, t: _add_t(
-                None if t[0] is None else _g().make("matmul", (t[0], n.inputs[1]),
+                None if t[0] is None else api.make("matmul", (t[0], n.inputs[1]),
                                                     ta=n.attr("ta"), tb=n.attr("tb")),
-                None if t[1] is None else _g().make("matmul", (n.inputs[0], t[1]),
+                None if t[1] is None else api.make("matmul", (n.inputs[0], t[1]),
                                                     ta=n.attr("ta"), tb=n.attr("tb"))),
             _mm_te)
 
@@ -578,12 +556,12 @@ def _softmax_te(log):
 
 
 def _softmax_grad(g, n):
-    s = _g().sum(g * n, axis=n.attr("axis"), keepdims=True)
+    s = api.sum(g * n, axis=n.attr("axis"), keepdims=True)
     return [n * (g - s)]
 
 
 def _log_softmax_grad(g, n):
-    return [g - _g().exp(n) * _g().sum(g, axis=n.attr("axis"), keepdims=True)]
+    return [g - api.exp(n) * api.sum(g, axis=n.attr("axis"), keepdims=True)]
 
 
 register_op("softmax", _softmax_ref, lambda s, axis: (S.axes(axis, len(s)), tuple(s))[1],
@@ -592,12 +570,10 @@ register_op("softmax", _softmax_ref, lambda s, axis: (S.axes(axis, len(s)), tupl
 register_op("log_softmax", _log_softmax_ref,
             lambda s, axis: (S.axes(axis, len(s)), tuple(s))[1],
             _log_softmax_grad,
-            lambda n, t: None if t[0] is None else t[0] - _g().sum(
-                _g().exp(n) * t[0], axis=n.attr("axis"), keepdims=True),
+            lambda n, t: None if t[0] is None else t[0] - api.sum(
+                api.exp(n) * t[0], axis=n.attr("axis"), keepdims=True),
             _softmax_te(True))
 
 # sources: fed or stored, never computed by a kernel
 register_op("variable", None, None, lambda g, n: [], lambda n, t: None, None)
 register_op("constant", None, None, lambda g, n: [], lambda n, t: None, None)
-
-from . import nnops  # noqa: E402,F401  (registers conv2d and pooling)

@@ -6,6 +6,7 @@ expressions), and ``bool(a == b)`` compares the two trees, so expressions work a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -26,6 +27,12 @@ Scalar = int | float | bool
 
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}   # each node type's dataclass fields
+
+# The text of expressions and statements (repr, str): printer.py, which knows every node
+# type and so imports this module and stmt.py, puts its `expr_str` and `stmt_str` here.
+# Importing any module of tensorlang.ir runs the package's __init__, which imports the
+# printer, so the table is full before a node can be printed.
+PRINTERS: dict[str, Callable[[object], str]] = {}
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
@@ -150,9 +157,7 @@ class Expr:
         return tuple(out)
 
     def __repr__(self) -> str:
-        from .printer import expr_str
-
-        return expr_str(self)
+        return PRINTERS["expr"](self)
 
     __str__ = __repr__
 

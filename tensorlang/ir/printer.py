@@ -5,8 +5,9 @@ from __future__ import annotations
 from ..deep import deep_call
 from .expr import (
     EQ, GE, GT, LE, LT, NE, Add, And, Call, Cast, Const, Div, Expr, FloorDiv, FloorMod, Load,
-    Max, Min, Mul, Not, Or, Select, Sub, Var,
+    PRINTERS, Max, Min, Mul, Not, Or, Select, Sub, Var,
 )
+from .simplify import simplify
 from .stmt import Allocate, Barrier, For, If, Let, LoopKind, Seq, Stmt, Store
 
 _BINARY = {Add: ("+", 5), Sub: ("-", 5), Mul: ("*", 6), Div: ("/", 6), FloorDiv: ("//", 6),
@@ -66,8 +67,6 @@ def _range_str(f: For) -> str:
     lo, ext = f.min, f.extent
     if isinstance(lo, Const) and lo.value == 0:
         return f"range({_expr(ext)})"
-    from .simplify import simplify
-
     return f"range({_expr(lo)}, {_expr(simplify(lo + ext))})"
 
 
@@ -109,3 +108,6 @@ def stmt_str(s: Stmt, indent: int = 0) -> str:
     out: list[str] = []
     deep_call(_stmt, s, indent, out)
     return "\n".join(out)
+
+
+PRINTERS.update(expr=expr_str, stmt=stmt_str)

@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass
 
 from .dtype import DType
-from .expr import Expr, Var
+from .expr import PRINTERS, Expr, Var
 
 
 class LoopKind(enum.Enum):
@@ -35,9 +35,7 @@ class Stmt:
     __slots__ = ()
 
     def __str__(self) -> str:
-        from .printer import stmt_str
-
-        return stmt_str(self)
+        return PRINTERS["stmt"](self)    # printer.py's stmt_str
 
     __repr__ = __str__
 

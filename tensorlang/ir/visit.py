@@ -8,7 +8,7 @@ from .expr import (
     And, BinaryOp, Call, Cast, CmpOp, Const, Expr, Load, Not, Or, Select, Var, binary, cast,
     compare, select,
 )
-from .stmt import Allocate, Barrier, For, If, Let, Seq, Stmt, Store, seq
+from .stmt import Allocate, Barrier, Buffer, For, If, Let, Seq, Stmt, Store, seq
 
 
 def rebuild(e: Expr, kids: tuple[Expr, ...]) -> Expr:
@@ -143,3 +143,24 @@ def walk_stmt(s: Stmt) -> Iterator[Stmt]:
         yield from walk_stmt(s.then_body)
         if s.else_body is not None:
             yield from walk_stmt(s.else_body)
+
+
+def uses_buffer(s: Stmt, buf: Buffer) -> bool:
+    """Whether a statement tree loads or stores `buf`."""
+    for x in walk_stmt(s):
+        if isinstance(x, Store):
+            if x.buffer is buf:
+                return True
+            exprs = list(x.indices) + [x.value]
+        elif isinstance(x, For):
+            exprs = [x.min, x.extent]
+        elif isinstance(x, If):
+            exprs = [x.cond]
+        elif isinstance(x, Let):
+            exprs = [x.value]
+        else:
+            exprs = []
+        for ex in exprs:
+            if any(isinstance(y, Load) and y.buffer is buf for y in walk(ex)):
+                return True
+    return False

@@ -1,73 +1,14 @@
-"""Translate integer expressions and conditions into isl's affine syntax (None if not affine)."""
+"""Conditions of the loop IR as isl sets (None where not affine); the text of affine
+expressions (`affine_str`) comes from ir/affine.py."""
 
 from __future__ import annotations
 
 import islpy as isl
 
-from ..ir.expr import (
-    EQ, GE, GT, LE, LT, NE, Add, And, Cast, Const, Expr, FloorDiv, FloorMod, Max, Min, Mul, Not,
-    Or, Sub, Var,
-)
-from ..ir.visit import walk
+from ..ir.affine import affine_str, interval_condition  # noqa: F401 (the model's API)
+from ..ir.expr import EQ, GE, GT, LE, LT, NE, And, Const, Expr, Not, Or
 
 _CMP = {LT: "<", LE: "<=", GT: ">", GE: ">=", EQ: "="}
-
-
-def affine_str(e: Expr) -> str | None:
-    """isl text of an integer affine expression of variables and constants, or None."""
-    if isinstance(e, Var):
-        return e.name
-    if isinstance(e, Const):
-        return str(int(e.value)) if e.dtype.is_int else None
-    if isinstance(e, Cast):
-        return affine_str(e.value) if e.dtype.is_int and e.value.dtype.is_int else None
-    if isinstance(e, (Add, Sub, Min, Max)):
-        a, b = affine_str(e.a), affine_str(e.b)
-        if a is None or b is None:
-            return None
-        if isinstance(e, Min):
-            return f"min({a}, {b})"
-        if isinstance(e, Max):
-            return f"max({a}, {b})"
-        return f"({a} {'+' if isinstance(e, Add) else '-'} {b})"
-    if isinstance(e, Mul):
-        for x, y in ((e.a, e.b), (e.b, e.a)):
-            if isinstance(y, Const) and y.dtype.is_int:
-                a = affine_str(x)
-                return None if a is None else f"({y.value} * {a})"
-        return None
-    if isinstance(e, (FloorDiv, FloorMod)):
-        if isinstance(e.b, Const) and e.b.dtype.is_int and e.b.value > 0:
-            a = affine_str(e.a)
-            if a is None:
-                return None
-            c = e.b.value
-            return f"floor(({a})/{c})" if isinstance(e, FloorDiv) else f"(({a}) mod {c})"
-        return None
-    return None
-
-
-def interval_condition(cond: Expr, names: set[str]) -> bool:
-    """Whether the values of the variables `names` where `cond` holds, along any line, are
-    an interval: a conjunction of comparisons (<, <=, >, >=) of affine expressions
-    (`affine_str`) in which those variables stand outside every floor, mod, min, max and
-    narrowing cast — a stencil's `i >= 1 and i <= n - 2`. Along a vector's lanes it holds
-    in every lane exactly when it holds in the first and in the last."""
-    if isinstance(cond, And):
-        return interval_condition(cond.a, names) and interval_condition(cond.b, names)
-    if not isinstance(cond, (LT, LE, GT, GE)) or not cond.a.dtype.is_int:
-        return False
-
-    def linear(e: Expr) -> bool:
-        if affine_str(e) is None:
-            return False
-        for x in walk(e):
-            bent = isinstance(x, (FloorDiv, FloorMod, Min, Max)) or (
-                isinstance(x, Cast) and x.dtype.bits < x.value.dtype.bits)
-            if bent and any(isinstance(v, Var) and v.name in names for v in walk(x)):
-                return False
-        return True
-    return linear(cond.a) and linear(cond.b)
 
 
 def condition_set(cond: Expr, space_text: str, params: str) -> isl.Set | None:

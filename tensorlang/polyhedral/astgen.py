@@ -12,37 +12,26 @@ a block's work into separate launches.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import islpy as isl
 
 from ..config import debug_print
 from ..errors import TensorlangError
-from ..ir.dtype import bool_, int64
+from ..ir.dtype import int64
 from ..ir.expr import (
-    EQ, GE, GT, LE, LT, NE, Add, And, Const, Expr, FloorDiv, FloorMod, Load, Max, Min, Mul, Or,
-    Sub, Var,
-    binary, compare, select,
+    EQ, GT, LT, Add, Const, Expr, FloorDiv, FloorMod, Load, Mul, Var,
+    binary, compare,
 )
 from ..ir.simplify import simplify
 from ..ir.stmt import Allocate, For, If, Let, LoopKind, Seq, Stmt, Store, seq
 from ..ir.visit import (free_vars, map_children, map_expr, map_stmt, stmt_exprs, substitute,
-                        walk)
+                        uses_buffer, walk, walk_stmt)
 from .affine import affine_str
-from .model import Loop, StageState, Statement
+from .isl_expr import ast_expr, pw_aff_expr, truth
+from .model import Loop, StageState, Statement, TimedStatement  # noqa: F401 (astgen's API)
+from .placement import PREFIX, Entry
 from .transform import dim_range, extent_bound
-
-
-@dataclass(frozen=True)
-class TimedStatement:
-    """A statement with its time map and the loops (names, tags) its time dims stand for;
-    `path`: the constants of its time (statements with the same constants before a loop's
-    dim share that loop)."""
-
-    stmt: Statement
-    time: isl.Map
-    loops: tuple[Loop, ...]
-    path: tuple[int, ...] = ()
 
 
 def depends_on_reduce(state: StageState, d: int) -> bool:
@@ -76,8 +65,6 @@ def base_entries(states: dict[str, StageState], statements: list[Statement],
                  order: list[str]):
     """Every statement at root: its path (stage position, then 0s; a reduction's update gets
     1 before its first reduce loop) and its loop map."""
-    from .placement import Entry
-
     out = []
     position = {sid: k for k, sid in enumerate(order)}
     for st in statements:
@@ -156,29 +143,6 @@ def _placed_bounds(time: isl.Map, stmt: Statement, loops: tuple[Loop, ...]) -> t
 
 # -------------------------------------------------------------------------- AST -> IR
 _GPU = (LoopKind.GPU_BLOCK, LoopKind.GPU_THREAD)
-_OPS = {
-    isl.ast_expr_op_type.add: Add, isl.ast_expr_op_type.sub: Sub, isl.ast_expr_op_type.mul: Mul,
-    isl.ast_expr_op_type.fdiv_q: FloorDiv, isl.ast_expr_op_type.pdiv_q: FloorDiv,
-    isl.ast_expr_op_type.div: FloorDiv, isl.ast_expr_op_type.pdiv_r: FloorMod,
-    isl.ast_expr_op_type.zdiv_r: FloorMod, isl.ast_expr_op_type.min: Min,
-    isl.ast_expr_op_type.max: Max,
-}
-_CMPS = {isl.ast_expr_op_type.eq: EQ, isl.ast_expr_op_type.le: LE, isl.ast_expr_op_type.lt: LT,
-         isl.ast_expr_op_type.ge: GE, isl.ast_expr_op_type.gt: GT}
-_LOGIC = {isl.ast_expr_op_type.and_: And, isl.ast_expr_op_type.and_then: And,
-          isl.ast_expr_op_type.or_: Or, isl.ast_expr_op_type.or_else: Or}
-
-
-def _truth(e: Expr) -> Expr:
-    """A condition from isl's AST as a bool expression: isl writes `true` as the integer
-    1 (`x >= y + 1288 || 1` after a fuse), which the code generators cannot `or`."""
-    if e.dtype.is_bool:
-        return e
-    if isinstance(e, Const):
-        return Const(bool(e.value), bool_)
-    return compare(NE, e, Const(0, e.dtype))
-
-
 class _Translator:
     def __init__(self, timed: list[TimedStatement], params: dict[str, Var], locals_=()):
         self.by_name = {t.stmt.name: t for t in timed}
@@ -199,8 +163,6 @@ class _Translator:
     def allocate_locals(self, k: int, body: Stmt, parallel: bool) -> Stmt:
         """A compute_at buffer lives in each iteration of its loop (time dim k), and of any
         parallel loop outside it, so that iterations never share it."""
-        from .placement import uses_buffer
-
         for L in self.locals:
             if L.threads and k != L.time_dim:
                 continue   # a block's shared tile: one per block, declared where it lives
@@ -214,32 +176,7 @@ class _Translator:
         return body
 
     def expr(self, e: isl.AstExpr) -> Expr:
-        t = e.get_type()
-        if t == isl.ast_expr_type.int:
-            return Const(e.get_val().to_python(), int64)
-        if t == isl.ast_expr_type.id:
-            name = e.get_id().get_name()
-            if name in self.env:
-                return self.env[name]
-            if name in self.params:
-                return self.params[name]
-            raise TensorlangError(f"internal: unknown isl identifier {name}")
-        op = e.get_op_type()
-        args = [self.expr(e.get_op_arg(i)) for i in range(e.get_op_n_arg())]
-        if op in _OPS:
-            out = args[0]
-            for a in args[1:]:
-                out = binary(_OPS[op], out, a)
-            return out
-        if op == isl.ast_expr_op_type.minus:
-            return binary(Sub, Const(0, int64), args[0])
-        if op in _CMPS:
-            return compare(_CMPS[op], args[0], args[1])
-        if op in _LOGIC:
-            return _LOGIC[op](_truth(args[0]), _truth(args[1]))
-        if op in (isl.ast_expr_op_type.select, isl.ast_expr_op_type.cond):
-            return select(_truth(args[0]), args[1], args[2])
-        raise TensorlangError(f"internal: unsupported isl AST operation {op}")
+        return ast_expr(e, self.env, self.params)
 
     def image(self, ts: TimedStatement) -> isl.Set:
         """The statement's instances in time (its time map's image)."""
@@ -321,9 +258,6 @@ class _Translator:
     def bind_prefix(self, ts: TimedStatement, mapping: dict) -> None:
         """Loop values named by compute_at buffer offsets (tl__p<j>: the statement's loop j)
         -> the enclosing loop variables, or isl's expression when the loop was not emitted."""
-        from ..ir.visit import walk_stmt
-        from .placement import PREFIX, pw_aff_expr
-
         wanted = set()
         for x in walk_stmt(ts.stmt.body):
             for e in stmt_exprs(x):
@@ -426,7 +360,6 @@ class _Translator:
             return None
         if pa.n_piece() != 1 or any(a.dim(isl.dim_type.div) for _, a in pa.get_pieces()):
             return None
-        from .placement import pw_aff_expr
         dims = dict(self.env)
         dims.update({c: self.strided[f"t{c[1:]}"][0] for c in counters})
         return pw_aff_expr(pa, dims, self.params, names=names_in)
@@ -583,7 +516,7 @@ class _Translator:
                 else:
                     self.env[it] = saved
         if t == isl.ast_node_type.if_:
-            cond = simplify(_truth(self.expr(n.if_get_cond())))
+            cond = simplify(truth(self.expr(n.if_get_cond())))
             then = self.node(n.if_get_then_node())
             other = self.node(n.if_get_else_node()) if n.if_has_else_node() else None
             return If(cond, then, other)
@@ -696,8 +629,6 @@ def _check_coverage(want: isl.UnionSet, executed: list[isl.UnionSet]) -> None:
 
 def _free_use(s: Stmt, buf) -> bool:
     """Whether `s` uses `buf` outside every allocation of it inside `s`."""
-    from .placement import uses_buffer
-
     if isinstance(s, Allocate) and s.buffer is buf:
         return False
     if isinstance(s, (For, Let, Allocate)):
@@ -714,8 +645,6 @@ def _free_use(s: Stmt, buf) -> bool:
 def _allocate_rest(body: Stmt, locals_) -> Stmt:
     """Local buffers whose loop isl did not emit (one iteration): at the innermost statement
     that encloses every use not already inside an allocation of the buffer."""
-    from .placement import uses_buffer
-
     def wrap(s: Stmt, buf) -> Stmt:
         if isinstance(s, (For, Let)) and not uses_buffer(_head(s), buf):
             return _with_body(s, wrap(s.body, buf))

@@ -19,8 +19,7 @@ import islpy as isl
 
 from ..errors import IllegalScheduleError, TensorlangError
 from ..ir.stmt import LoopKind
-from .astgen import TimedStatement
-from .model import union_all
+from .model import TimedStatement, union_all
 
 
 @dataclass(frozen=True)

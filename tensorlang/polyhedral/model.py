@@ -14,7 +14,6 @@ import islpy as isl
 
 from ..ir.expr import And, Const, Expr, Load, Select, Var
 from ..ir.stmt import Buffer, If, Let, LoopKind, Stmt, Store, seq
-from ..ir.visit import walk
 from ..te.reduce import Reduce
 from ..te.tensor import ComputeOp, IterVar
 from .affine import affine_part, affine_str, condition_set, conjuncts
@@ -242,16 +241,6 @@ def buffer_box(bufname: str, shape: tuple[Expr, ...], params: str) -> isl.Set:
     return isl.Set(f"[{params}] -> {{ {bufname}[{', '.join(names)}] : {body} }}")
 
 
-def params_of(exprs) -> list[str]:
-    """Names of the size/scalar variables used in `exprs`, in first-use order."""
-    seen: dict[str, None] = {}
-    for e in exprs:
-        for x in walk(e):
-            if isinstance(x, Var):
-                seen.setdefault(x.name, None)
-    return list(seen)
-
-
 def accumulator_buffers(op: ComputeOp) -> tuple[object, ...]:
     """The running values of a reduction: the output tensor and internal buffers for the rest."""
     body = op.body
@@ -327,3 +316,15 @@ def statement_accesses(st: Statement, names: dict[int, str], box, params: str
     writes = [(buf, access_map(st, buf, idx, (), params, names[id(buf)], box(buf)))
               for buf, idx in statement_writes(st) if id(buf) in names]
     return reads, writes
+
+
+@dataclass(frozen=True)
+class TimedStatement:
+    """A statement with its time map and the loops (names, tags) its time dims stand for;
+    `path`: the constants of its time (statements with the same constants before a loop's
+    dim share that loop)."""
+
+    stmt: Statement
+    time: isl.Map
+    loops: tuple[Loop, ...]
+    path: tuple[int, ...] = ()

@@ -28,7 +28,9 @@ from ..ir.dtype import int64
 from ..ir.expr import Const, Expr, Load, Var
 from ..ir.simplify import simplify
 from ..ir.stmt import Allocate, Barrier, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store
-from ..ir.visit import map_expr, map_stmt, walk, walk_stmt
+from ..ir.visit import map_expr, map_stmt, walk_stmt
+from .deps import Witness, pick_pair
+from .isl_expr import pw_aff_expr, set_expr  # noqa: F401 (set_expr: placement's API)
 from .model import Loop, StageState, Statement
 from .transform import pw_extremes
 
@@ -89,51 +91,6 @@ def loop_prefix(lmap: isl.Map, k: int) -> isl.Map:
     """The first k loop values of an instance."""
     n = lmap.dim(isl.dim_type.out)
     return lmap.project_out(isl.dim_type.out, k, n - k)
-
-
-def _union_maps(maps) -> isl.Map | None:
-    out = None
-    for m in maps:
-        out = m if out is None else out.union(m)
-    return out
-
-
-def _as_params(obj, names: list[str]):
-    """`obj` (a PwAff or Set) with its dimensions moved to parameters of the given names."""
-    kind = isl.dim_type.in_ if isinstance(obj, isl.PwAff) else isl.dim_type.set
-    n = obj.dim(kind)
-    npar = obj.dim(isl.dim_type.param)
-    q = obj.move_dims(isl.dim_type.param, npar, kind, 0, n)
-    for d, nm in enumerate(names):
-        q = q.set_dim_id(isl.dim_type.param, npar + d, isl.Id(nm))
-    return q
-
-
-def _ast_expr(ast: isl.AstExpr, dims: dict[str, Expr], params: dict[str, Var]) -> Expr:
-    from .astgen import _Translator
-
-    tr = _Translator([], params)
-    tr.env = dict(dims)
-    return simplify(tr.expr(ast))
-
-
-def pw_aff_expr(pa: isl.PwAff, dims: dict[str, Expr], params: dict[str, Var],
-                names: list[str] | None = None) -> Expr:
-    """An IR expression for a piecewise quasi-affine function of named dimensions (`names`
-    overrides the names of pa's input dimensions)."""
-    if names is None:
-        names = [pa.get_dim_name(isl.dim_type.in_, d) for d in range(pa.dim(isl.dim_type.in_))]
-    q = _as_params(pa, names)
-    build = isl.AstBuild.from_context(isl.Set.universe(q.get_domain_space()))
-    return _ast_expr(build.expr_from_pw_aff(q), dims, params)
-
-
-def set_expr(s: isl.Set, dims: dict[str, Expr], params: dict[str, Var],
-             names: list[str]) -> Expr:
-    """An IR condition that holds exactly at the points of `s` (dimensions named `names`)."""
-    q = _as_params(s, names)
-    build = isl.AstBuild.from_context(isl.Set.universe(q.get_space()))
-    return _ast_expr(build.expr_from_set(q), dims, params)
 
 
 # --------------------------------------------------------------------------- placing
@@ -608,8 +565,6 @@ def _restore_stores(s: Stmt, L: LocalBuffer, shift) -> Stmt:
 
 # -------------------------------------------------------------------------- messages
 def _sample(rel: isl.Map):
-    from .deps import pick_pair
-
     return pick_pair(rel)
 
 
@@ -622,28 +577,5 @@ def _sizes(sizes: dict[str, int]) -> str:
 
 
 def _witness(inf, dims, vals, sizes):
-    from .deps import Witness
-
     inst = {d: v for d, v in zip(dims, vals) if not d.startswith(PREFIX)}
     return Witness("RAW", {}, inst, "", inf.label, sizes, {}, {})
-
-
-def uses_buffer(s: Stmt, buf: Buffer) -> bool:
-    """Whether a statement tree loads or stores `buf`."""
-    for x in walk_stmt(s):
-        if isinstance(x, Store):
-            if x.buffer is buf:
-                return True
-            exprs = list(x.indices) + [x.value]
-        elif isinstance(x, For):
-            exprs = [x.min, x.extent]
-        elif isinstance(x, If):
-            exprs = [x.cond]
-        elif isinstance(x, Let):
-            exprs = [x.value]
-        else:
-            exprs = []
-        for ex in exprs:
-            if any(isinstance(y, Load) and y.buffer is buf for y in walk(ex)):
-                return True
-    return False

@@ -8,13 +8,18 @@ loop primitives. The `Schedule` methods of the same names call these functions.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from ..errors import ScheduleError
 from ..ir.dtype import bool_, int32
 from ..ir.expr import Const, Load, ReduceVar, Select, Var
 from ..ir.visit import walk
 from ..te.tensor import ComputeOp, IterVar, Tensor
-from .schedule import Call, Schedule, Stage, _int_arg, _substitute_tensor
+from .stage import Stage, _int_arg, _substitute_tensor
+from .trace import Call
+
+if TYPE_CHECKING:
+    from .schedule import Schedule
 
 
 def _fresh_axes(op: ComputeOp) -> tuple[IterVar, ...]:

@@ -9,10 +9,10 @@ import islpy as isl
 from ..deep import deep
 from ..config import debug_print, timed
 from ..errors import TensorlangError
-from ..ir.expr import Expr, IndexCheck, Load, Var
+from ..ir.expr import Expr, Load, Var
 from ..ir.printer import expr_str, stmt_str
 from ..ir.stmt import Allocate, Buffer, Stmt, Store
-from ..ir.visit import map_expr, map_stmt, stmt_exprs, walk, walk_stmt
+from ..ir.visit import map_expr, map_stmt, walk_stmt
 from ..ir.gpu_block import has_gpu_loops
 from ..ir.gpu_block import prepare as prepare_blocks
 from ..polyhedral import BoundsViolation, generate_loops, timed_statements
@@ -40,11 +40,6 @@ class LoweredFunc:
     writes: isl.UnionMap | None = None  # statement instance -> element written
     checks: list = field(default_factory=list)  # CheckSite of each IndexCheck in body
     refuse: Expr | None = None          # sizes under which some read leaves its tensor
-
-    @property
-    def has_index_checks(self) -> bool:
-        return any(isinstance(x, IndexCheck) for st in walk_stmt(self.body)
-                   for e in stmt_exprs(st) for x in walk(e))
 
     def __str__(self) -> str:
         sig = []

@@ -1,513 +1,26 @@
-"""Schedules and stages: the user's handle on each compute's loops."""
+"""Schedules: the stages of every compute reachable from the outputs, the primitives that
+add stages (their work is in dataflow.py) and replay of a trace."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-
-import numpy as np
+from dataclasses import replace
 
 from ..deep import deep
 from ..errors import ScheduleError, TensorlangError
-from ..ir.stmt import LoopKind
-from ..polyhedral.transform import (
-    fuse_dims, loop_const_range, loop_extent_bound, reorder_dims, skew_dims, split_dim, tag_dim,
+from ..te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
+from . import dataflow
+from .program import build_program
+from .stage import (  # noqa: F401 (LoopAxis ... thread_axis: the schedule's API)
+    MAX_LANES, MAX_UNROLL, THREAD_TAGS, LoopAxis, Stage, ThreadAxis, _int_arg, _substitute_tensor,
+    thread_axis,
 )
-from ..ir.expr import Load, Var
-from ..te.tensor import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor
-
-
-class LoopAxis:
-    """A loop made by a schedule primitive (`i.outer`, `i.j.fused`): pass it to later ones."""
-
-    def __init__(self, stage: Stage, name: str):
-        self.stage = stage
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"LoopAxis({self.stage.id}: {self.name})"
-
-
-def _int_arg(value, prim: str, argname: str, minimum: int | None = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ScheduleError(f"{prim}: {argname} must be an int, got {value!r}")
-    v = int(value)
-    if minimum is not None and v < minimum:
-        raise ScheduleError(f"{prim}: {argname} must be >= {minimum}, got {v}")
-    return v
-
-
-MAX_UNROLL = 1024   # iterations; more would swamp the compiler
-MAX_LANES = 256
-
-
-class Stage:
-    """The schedule of one compute operation (TVM's Stage / Halide's Func schedule).
-
-    Each primitive is a thin wrapper: it resolves its loop arguments, applies a pure function
-    of `polyhedral.transform` to the stage's state, checks the result's legality exactly and
-    only then keeps it (an illegal primitive leaves the schedule as it was).
-    """
-
-    def __init__(self, schedule: Schedule, op: ComputeOp, stage_id: str):
-        self.schedule = schedule
-        self.op = op
-        self.id = stage_id
-        self.state = None  # polyhedral StageState, made when the schedule is created
-        self.inlined = False
-        self.cache_scope = "local"  # where its values live when computed inside a loop
-        self._gone: dict[str, str] = {}  # loop name -> the primitive that removed it
-        # after cache_write: the op that took over this stage's axes (the cache stage's),
-        # whose spatial axes name this write-back stage's axes too (TVM's idiom)
-        self.cached_from: ComputeOp | None = None
-
-    @property
-    def name(self) -> str:
-        return self.op.name
-
-    @property
-    def loops(self) -> list[str]:
-        """The names of the stage's loops, outer first."""
-        return [lp.name for lp in self.state.loops]
-
-    @property
-    def leaf_iter_vars(self) -> list[LoopAxis]:
-        """The stage's loops, outer first, as handles for primitives (TVM's name)."""
-        return [LoopAxis(self, n) for n in self.loops]
-
-    def __repr__(self) -> str:
-        return f"Stage({self.id}: {', '.join(self.loops)})"
-
-    def _not_yet(self, primitive: str):
-        raise NotImplementedError(
-            f"{primitive} is not implemented yet (see the README's status table)"
-        )
-
-    # ----------------------------------------------------------------------- helpers
-    def _loop(self, x, prim: str, argname: str) -> str:
-        """The loop name of a primitive's argument, checked against this stage."""
-        if isinstance(x, LoopAxis):
-            if x.stage is not self:
-                raise ScheduleError(f"{prim}: {argname} is loop {x.name} of stage {x.stage.id}, "
-                                    f"not of stage {self.id}")
-            name = x.name
-        elif isinstance(x, IterVar):
-            mine = list(self.op.axis) + list(self.op.reduce_axis)
-            old = self.cached_from
-            if old is not None and not any(x is a for a in mine) and \
-                    any(x is a for a in old.axis):
-                # the tensor's original axis after cache_write: TVM keeps those for the
-                # write-back (`s[C].tile(C.op.axis[0], C.op.axis[1], ...)` after
-                # `s.cache_write(C, ...)`), which is this stage: its axis at that position
-                return self.op.axis[[a is x for a in old.axis].index(True)].name
-            if not any(x is a for a in mine):
-                raise ScheduleError(f"{prim}: {argname} is the axis {x.name} of another stage, "
-                                    f"not of stage {self.id} (whose axes are "
-                                    f"{[a.name for a in mine]})")
-            name = x.name
-        elif isinstance(x, str):
-            name = x
-        else:
-            raise ScheduleError(f"{prim}: {argname} must be a loop (an axis or the result of a "
-                                f"primitive), got {x!r}")
-        if name not in self.loops:
-            if name in self._gone:
-                raise ScheduleError(f"{prim}: {argname} {name} of stage {self.id} no longer "
-                                    f"exists: {self._gone[name]} replaced it; the loops are "
-                                    f"{self.loops}")
-            raise ScheduleError(f"{prim}: {argname} {name!r} is not a loop of stage {self.id}; "
-                                f"the loops are {self.loops}")
-        return name
-
-    def _apply(self, new, data: Call, removed: tuple[str, ...] = (), check_all: bool = False,
-               renamed: dict[str, str] | None = None, moves: bool = False) -> None:
-        """Keep `new` as this stage's state once it is checked. The check asks about the
-        dependences of the stages whose statements the change moves (this stage, and the
-        stages placed by its statements: `Program.moved`), or of every stage when
-        `check_all`; any other dependence keeps its order, as the schedule was legal before.
-        `moves` (compute_at, compute_root) names no stage in the messages, as a check of
-        the whole schedule does."""
-        call = str(data)
-        if self.inlined:
-            raise ScheduleError(f"{data.prim}: stage {self.id} was inlined into its "
-                                "readers (compute_inline); it has no loops of its own")
-        new = self._refresh_tags(new, call)
-        states = {st.id: st.state for st in self.schedule.stages}
-        states[self.id] = new
-        # stages computed at a loop this primitive removes follow it to its replacement
-        for sid, st in states.items():
-            if st.attach is not None and st.attach[0] == self.id and st.attach[1] in removed:
-                target = (renamed or {}).get(st.attach[1])
-                if target is None:
-                    raise ScheduleError(
-                        f"{call} on stage {self.id}: stage {sid} is computed at loop "
-                        f"{st.attach[1]}, which this primitive removes; apply {call} before "
-                        f"compute_at, or compute {sid} elsewhere first")
-                states[sid] = replace(st, attach=(self.id, target))
-                moves = True
-        prog = self.schedule.program
-        touching = None if check_all else prog.moved(states, {self.id})
-        prog.check(call, None if check_all or moves else self.id, states, touching)
-        for st in self.schedule.stages:
-            st.state = states[st.id]
-        for r in removed:
-            self._gone[r] = call
-        self.schedule.trace.append(TraceEntry(self.id, data))
-
-    def _placed_bound(self, state, name: str) -> int | None:
-        """The most iterations loop `name` of this stage makes per iteration of the loop it
-        is computed at (its statements placed by compute_at; None when that still grows
-        with the sizes)."""
-        from ..polyhedral.astgen import placed_loop_bound
-
-        prog = self.schedule.program
-        states = {st.id: st.state for st in self.schedule.stages}
-        states[self.id] = state
-        out = 0
-        for ts in prog.times(states):
-            info = prog.info.get(ts.stmt.name.split("__")[0])   # placed copies: name__at
-            if info is None or info.stage != self.id:
-                continue
-            idx = [li for li, lp in enumerate(ts.loops) if lp.name == name]
-            if not idx:
-                continue
-            b = placed_loop_bound(ts.time.intersect_domain(ts.stmt.domain).range(), idx[-1])
-            if b is None:
-                return None
-            out = max(out, b)
-        return out or None
-
-    def _refresh_tags(self, state, call: str):
-        """Vector and unrolled loops keep a constant trip-count bound, and nothing inside a
-        vector loop is vectorized or parallel, whatever primitive comes after. (Serial and
-        unrolled loops may run inside a vector loop, as in TVM and Halide: each iteration
-        of them is one vector operation per statement. The lanes run at the same time, so
-        the vector loop carries no dependence — the legality check says so — and running
-        it innermost keeps every dependence's order.)"""
-        loops = list(state.loops)
-        for d, lp in enumerate(loops):
-            if lp.kind not in (LoopKind.VECTORIZED, LoopKind.UNROLLED):
-                continue
-            what = "vectorized" if lp.kind is LoopKind.VECTORIZED else "unrolled"
-            inner = [x for x in loops[d + 1:] if x.kind in (LoopKind.VECTORIZED,
-                                                             LoopKind.PARALLEL)]
-            if lp.kind is LoopKind.VECTORIZED and inner:
-                raise ScheduleError(f"{call} on stage {self.id}: loop {inner[0].name} "
-                                    f"({inner[0].kind.name.lower()}) would run inside the "
-                                    f"vectorized loop {lp.name}; only serial or unrolled "
-                                    "loops may")
-            bound = loop_extent_bound(state, d)
-            if bound is None and state.attach is not None:
-                bound = self._placed_bound(state, lp.name)
-            if bound is None:
-                raise ScheduleError(f"{call} on stage {self.id}: the {what} loop {lp.name} "
-                                    "would have an extent that grows with the sizes")
-            if bound != lp.max_extent:
-                loops[d] = replace(lp, max_extent=bound)
-        return replace(state, loops=tuple(loops))
-
-    def _ax(self, name: str) -> LoopAxis:
-        return LoopAxis(self, name)
-
-    # -------------------------------------------------------------------- primitives
-    def split(self, parent, factor=None, nparts=None) -> tuple[LoopAxis, LoopAxis]:
-        """Split a loop into (outer, inner) with parent == outer * factor + inner.
-
-        Give `factor` (the inner extent) or `nparts` (the outer extent, for a constant
-        extent); the extent need not divide: the last inner loop runs the rest.
-        """
-        name = self._loop(parent, "split", "parent")
-        if (factor is None) == (nparts is None):
-            raise ScheduleError("split: give exactly one of factor= and nparts=")
-        if factor is not None:
-            f = _int_arg(factor, "split", "factor")
-        else:
-            parts = _int_arg(nparts, "split", "nparts")
-            rng = loop_const_range(self.state, self.state.loop_index(name))
-            if rng is None:
-                raise ScheduleError(f"split: nparts needs loop {name} to have a constant "
-                                    "extent; use factor= for a symbolic one")
-            f = max(1, -(-rng[1] // parts))
-        call = Call("split", (name,), (("factor", f),))
-        self._apply(split_dim(self.state, name, f), call, (name,),
-                    renamed={name: f"{name}.inner"})
-        return self._ax(f"{name}.outer"), self._ax(f"{name}.inner")
-
-    def tile(self, x_parent, y_parent, x_factor, y_factor):
-        """Split two loops and order them (x.outer, y.outer, x.inner, y.inner)."""
-        x = self._loop(x_parent, "tile", "x_parent")
-        y = self._loop(y_parent, "tile", "y_parent")
-        if x == y:
-            raise ScheduleError("tile: x_parent and y_parent must be different loops")
-        fx = _int_arg(x_factor, "tile", "x_factor")
-        fy = _int_arg(y_factor, "tile", "y_factor")
-        st = split_dim(self.state, x, fx)
-        st = split_dim(st, y, fy)
-        names = [f"{x}.outer", f"{y}.outer", f"{x}.inner", f"{y}.inner"]
-        st = reorder_dims(st, names)
-        self._apply(st, Call("tile", (x, y, fx, fy)), (x, y),
-                    renamed={x: f"{x}.inner", y: f"{y}.inner"})
-        return tuple(self._ax(n) for n in names)
-
-    def reorder(self, *loops) -> None:
-        """Put the given loops in this order, in the positions they occupy together."""
-        if len(loops) == 1 and isinstance(loops[0], (list, tuple)):
-            loops = tuple(loops[0])
-        names = [self._loop(x, "reorder", f"argument {k}") for k, x in enumerate(loops)]
-        if len(set(names)) != len(names):
-            raise ScheduleError(f"reorder: each loop may appear once, got {names}")
-        self._apply(reorder_dims(self.state, names), Call("reorder", tuple(names)))
-
-    def fuse(self, *loops) -> LoopAxis:
-        """Fuse adjacent loops (outer first) into one: `i.j.fused`."""
-        if len(loops) == 1 and isinstance(loops[0], (list, tuple)):
-            loops = tuple(loops[0])
-        if len(loops) < 2:
-            raise ScheduleError("fuse: give at least two adjacent loops, outer first")
-        names = [self._loop(x, "fuse", f"argument {k}") for k, x in enumerate(loops)]
-        st, cur = self.state, names[0]
-        for nxt in names[1:]:
-            st = fuse_dims(st, cur, nxt)
-            cur = f"{cur}.{nxt}.fused"
-        self._apply(st, Call("fuse", tuple(names)), tuple(names))
-        return self._ax(cur)
-
-    def skew(self, outer, inner, factor: int = 1) -> LoopAxis:
-        """Replace loop `inner` by inner + factor * outer (a wavefront); names stay."""
-        a = self._loop(outer, "skew", "outer")
-        b = self._loop(inner, "skew", "inner")
-        if a == b:
-            raise ScheduleError("skew: outer and inner must be different loops")
-        f = _int_arg(factor, "skew", "factor", minimum=None)
-        if f == 0:
-            raise ScheduleError("skew: factor must not be 0")
-        self._apply(skew_dims(self.state, a, b, f), Call("skew", (a, b), (("factor", f),)))
-        return self._ax(b)
-
-    def _tag(self, x, prim: str, kind: LoopKind) -> None:
-        name = self._loop(x, prim, "loop")
-        d = self.state.loop_index(name)
-        new = tag_dim(self.state, name, kind)  # vector/unrolled loops get their extent bound
-        if kind in (LoopKind.VECTORIZED, LoopKind.UNROLLED):
-            bound = new.loops[d].max_extent
-            limit = MAX_LANES if kind is LoopKind.VECTORIZED else MAX_UNROLL
-            if (bound is None or bound > limit) and new.attach is not None:
-                # computed at a loop of another stage: the loop runs over one tile
-                bound = self._placed_bound(new, name)
-                loops = list(new.loops)
-                loops[d] = replace(loops[d], max_extent=bound)
-                new = replace(new, loops=tuple(loops))
-            if bound is None:
-                raise ScheduleError(
-                    f"{prim}: loop {name} of stage {self.id} has an extent that grows with the "
-                    f"sizes (symbolic); split it first, e.g. split({name}, factor=8), and "
-                    f"{prim} the inner loop")
-            if bound > limit:
-                raise ScheduleError(f"{prim}: loop {name} runs up to {bound} iterations; at "
-                                    f"most {limit} are supported; split it first")
-        self._apply(new, Call(prim, (name,)))
-
-    def unroll(self, loop) -> None:
-        """Unroll a loop of constant (or constant-bounded) extent."""
-        self._tag(loop, "unroll", LoopKind.UNROLLED)
-
-    def vectorize(self, loop) -> None:
-        """Run a loop as one vector operation per statement (LLVM vector types). Serial or
-        unrolled loops inside it run once for all lanes (a vector accumulator over an inner
-        reduction loop, as TVM and Halide allow); the loop must carry no dependence."""
-        self._tag(loop, "vectorize", LoopKind.VECTORIZED)
-
-    def parallel(self, loop) -> None:
-        """Run a loop's iterations on the thread pool (TL_NUM_THREADS threads)."""
-        self._tag(loop, "parallel", LoopKind.PARALLEL)
-
-    def bind(self, loop, thread) -> None:
-        """Run a loop's iterations as GPU blocks or threads: `thread` is
-        `tl.thread_axis("blockIdx.x")` (or y, z; threadIdx.x/y/z) or that name. Like
-        `parallel`, it is refused with a witness when the loop carries a dependence; each
-        index binds at most one loop of a stage. Kernels with bound loops build for
-        target="cuda" only."""
-        tag = thread.tag if isinstance(thread, ThreadAxis) else thread
-        if tag not in THREAD_TAGS:
-            raise ScheduleError(f"bind: thread must be tl.thread_axis(name) or a name among "
-                                f"{', '.join(THREAD_TAGS)}, got {thread!r}")
-        name = self._loop(loop, "bind", "loop")
-        for lp in self.state.loops:
-            if lp.thread_tag == tag and lp.name != name:
-                raise ScheduleError(f"bind: {tag} already binds loop {lp.name} of stage "
-                                    f"{self.id}; each GPU index binds one loop")
-        kind = LoopKind.GPU_BLOCK if tag.startswith("blockIdx") else LoopKind.GPU_THREAD
-        new = tag_dim(self.state, name, kind, tag)
-        self._apply(new, Call("bind", (name, tag)))
-
-    def compute_at(self, parent, axis) -> None:
-        """Compute this stage inside loop `axis` of stage `parent`, for each iteration of it
-        over exactly the elements read there (its footprint), into a local buffer shaped
-        like the footprint's bounding box. Elements read in several iterations are computed
-        in each (recomputation is the schedule's choice)."""
-        sch = self.schedule
-        if isinstance(parent, str):
-            parent = sch.stage(parent)
-        elif isinstance(parent, Tensor):
-            parent = sch[parent]
-        if not isinstance(parent, Stage) or parent.schedule is not sch:
-            raise ScheduleError(f"compute_at: parent must be a stage of this schedule "
-                                f"(s[T]), got {parent!r}")
-        if parent is self:
-            raise ScheduleError(f"compute_at: stage {self.id} cannot be computed inside "
-                                "its own loop")
-        loop = parent._loop(axis, "compute_at", "axis")
-        if any(self.op.output is o for o in sch.outputs):
-            raise ScheduleError(f"compute_at: {self.id} is an output of the schedule; outputs "
-                                "are computed at root, in their own buffers")
-        p = parent
-        while p.state.attach is not None:
-            p = sch.stage(p.state.attach[0])
-            if p is self:
-                raise ScheduleError(f"compute_at({self.id}, {parent.id}.{loop}): "
-                                    f"{parent.id} is itself computed inside {self.id}; the "
-                                    "placement would be a cycle")
-        new = replace(self.state, attach=(parent.id, loop),
-                      trace=self.state.trace + (f"compute_at({parent.id}, {loop})",))
-        self._apply(new, Call("compute_at", (parent.id, loop)), moves=True)
-
-    def no_sync(self) -> None:
-        """Leave out the barriers around this shared stage's copy inside a GPU block (the
-        one before it and the one after it). Checked like every primitive: when a thread
-        could then read (or overwrite) an element of the tile that another thread wrote
-        with no barrier between them, it is refused with the two threads and the element.
-        Useful when each thread reads only what it copied itself."""
-        if self.state.scope != "shared":
-            raise ScheduleError(f"no_sync: stage {self.id} is not in shared memory "
-                                f"(its scope is {self.state.scope!r}); barriers order "
-                                "only shared tiles")
-        new = replace(self.state, sync=False, trace=self.state.trace + ("no_sync()",))
-        self._apply(new, Call("no_sync"), check_all=True)
-
-    def compute_root(self) -> None:
-        """Compute this stage in full before the stages that read it (the default)."""
-        if self.state.attach is None and not self.inlined:
-            return
-        new = replace(self.state, attach=None, trace=self.state.trace + ("compute_root()",))
-        self._apply(new, Call("compute_root"), moves=True)
-
-    def compute_inline(self) -> None:
-        """Substitute this stage's expression into every stage that reads it; the stage
-        disappears (no loops, no buffer)."""
-        sch = self.schedule
-        if self.inlined:
-            raise ScheduleError(f"compute_inline: {self.id} is inlined already")
-        if self.op.reduce_axis or self.op.is_recurrence:
-            kind = "a reduction" if self.op.reduce_axis else "a recurrence"
-            raise ScheduleError(f"compute_inline: {self.id} is {kind}; only a pure "
-                                "elementwise compute can be substituted into its readers "
-                                "(compute it at a loop of its reader with compute_at instead)")
-        if any(self.op.output is o for o in sch.outputs):
-            raise ScheduleError(f"compute_inline: {self.id} is an output of the schedule; "
-                                "outputs are stored in their own buffers")
-        inside = [st.id for st in sch.stages
-                  if st.state.attach is not None and st.state.attach[0] == self.id]
-        if inside:
-            raise ScheduleError(f"compute_inline: stage(s) {inside} are computed inside "
-                                f"{self.id}'s loops; compute them elsewhere first")
-        from .program import reads_tensor
-
-        out = self.op.output
-        axis = [a.var for a in self.op.axis]
-        body = self.op.body
-        # only the readers change; the others keep their computes (and so their parts of
-        # the isl program: see Schedule._edit)
-        readers = [st for st in sch.stages if st is not self and reads_tensor(st.op, out)]
-
-        def edit():
-            for st in readers:
-                st.op = st.op.with_body(_substitute_tensor(st.op.body, out, axis, body))
-            sch.stages.remove(self)
-            self.inlined = True
-
-        sch._edit(Call("compute_inline"), edit, self.id)
-
-    def reorder_storage(self, *axes) -> Tensor:
-        """Lay this stage's tensor out with its dimensions in the order of `axes` (all its
-        spatial axes, outermost first), as Halide's `reorder_storage`: a register tile
-        whose vectors run along a dimension that is not last (a convolution's output
-        channels) makes that dimension last. Its loops keep their order; its readers read
-        the permuted indices. Returns the new tensor (see dataflow.reorder_storage)."""
-        from .dataflow import reorder_storage
-
-        if len(axes) == 1 and isinstance(axes[0], (list, tuple)):
-            axes = tuple(axes[0])
-        return reorder_storage(self.schedule, self, axes)
-
-
-@dataclass(frozen=True)
-class Call:
-    """One primitive as data: its name and arguments — loop, stage and tensor names as
-    strings, numbers, lists of names — as `replay` applies it and an auto-scheduler samples
-    and mutates it. `str()` is the short form of messages (`split(i, factor=4)`)."""
-
-    prim: str
-    args: tuple = ()
-    kwargs: tuple = ()        # (name, value) pairs
-
-    def __str__(self) -> str:
-        def short(v):
-            if isinstance(v, (list, tuple)):
-                return "[" + ", ".join(short(x) for x in v) + "]"
-            return str(v)
-        parts = [short(a) for a in self.args] + [f"{k}={short(v)}" for k, v in self.kwargs]
-        return f"{self.prim}({', '.join(parts)})"
-
-    def python(self) -> str:
-        """The call as Python source (names quoted: primitives take loop names)."""
-        parts = [repr(_plain(a)) for a in self.args] + \
-            [f"{k}={_plain(v)!r}" for k, v in self.kwargs]
-        return f"{self.prim}({', '.join(parts)})"
-
-    def to_json(self) -> list:
-        return [self.prim, [_plain(a) for a in self.args], {k: _plain(v) for k, v in self.kwargs}]
-
-    @staticmethod
-    def from_json(data) -> Call:
-        prim, args, kwargs = data
-        return Call(prim, tuple(_frozen(a) for a in args),
-                    tuple((k, _frozen(v)) for k, v in kwargs.items()))
-
-
-def _plain(v):
-    return [_plain(x) for x in v] if isinstance(v, (list, tuple)) else v
-
-
-def _frozen(v):
-    return tuple(_frozen(x) for x in v) if isinstance(v, list) else v
-
-
-@dataclass(frozen=True)
-class TraceEntry:
-    """One applied primitive: `s[stage].call` (stage "" for a schedule-level one such as
-    cache_write), replayable by loop names."""
-
-    stage: str
-    call: Call
-
-    def __str__(self) -> str:
-        """As Python: `s["C"].split("i", factor=4)`, `s.cache_write("C", "local")`."""
-        return f"s[{self.stage!r}].{self.call.python()}".replace("'", '"') if self.stage \
-            else f"s.{self.call.python()}".replace("'", '"')
-
-    def to_json(self) -> list:
-        return [self.stage, self.call.to_json()]
-
-    @staticmethod
-    def from_json(data) -> TraceEntry:
-        return TraceEntry(data[0], Call.from_json(data[1]))
+from .trace import Call, TraceEntry  # noqa: F401 (Call: the schedule's API)
 
 
 class Schedule:
     """The stages of every compute reachable from the outputs, in dependence order."""
 
     def __init__(self, outputs: list[Tensor]):
-        from .program import build_program
-
         self.outputs = outputs
         self.trace: list[TraceEntry] = []
         self.stages: list[Stage] = []
@@ -566,8 +79,6 @@ class Schedule:
         positions are the same). An edit thus costs what it changes, not the size of the
         program. (A stage computed inside another is placed over what its readers read,
         which an edit of their computes changes: then every dependence is checked.)"""
-        from .program import build_program
-
         call = f"{data}" if not stage else f"{data.prim}({stage})"
         saved = (list(self.stages), {id(st): (st.op, st.state, st.inlined)
                                      for st in self._by_op.values()}, dict(self._by_op),
@@ -630,27 +141,23 @@ class Schedule:
 
     def cache_read(self, tensor, scope: str, readers) -> Tensor:
         """A copy of `tensor` in `scope` read by `readers` instead (see dataflow.cache_read)."""
-        from .dataflow import cache_read
-
-        return cache_read(self, tensor, scope, readers)
+        return dataflow.cache_read(self, tensor, scope, readers)
 
     def cache_write(self, tensor, scope: str) -> Tensor:
         """Compute `tensor` into a cache stage, copied out by its stage (dataflow.cache_write)."""
-        from .dataflow import cache_write
-
-        return cache_write(self, tensor, scope)
+        return dataflow.cache_write(self, tensor, scope)
 
     def pack(self, tensor, axis: int, factor: int, readers=None) -> Tensor:
         """Store `tensor` blocked along `axis` for its readers (see dataflow.pack)."""
-        from .dataflow import pack
-
-        return pack(self, tensor, axis, factor, readers)
+        return dataflow.pack(self, tensor, axis, factor, readers)
 
     def rfactor(self, tensor, axis) -> Tensor:
         """Make a reduce loop a data-parallel axis of a new stage (see dataflow.rfactor)."""
-        from .dataflow import rfactor
+        return dataflow.rfactor(self, tensor, axis)
 
-        return rfactor(self, tensor, axis)
+    def _reorder_storage(self, st: Stage, axes) -> Tensor:
+        """`Stage.reorder_storage`'s work (see dataflow.reorder_storage)."""
+        return dataflow.reorder_storage(self, st, axes)
 
     def trace_text(self) -> str:
         """The applied primitives, one per line, as Python on `s` that a user can paste
@@ -664,46 +171,6 @@ class Schedule:
             target = other.stage(t.stage) if t.stage else other
             getattr(target, t.call.prim)(*t.call.args, **dict(t.call.kwargs))
         return other
-
-
-THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y",
-               "threadIdx.z")
-
-
-@dataclass(frozen=True)
-class ThreadAxis:
-    """A GPU index to `bind` a loop to (TVM's `te.thread_axis`)."""
-
-    tag: str
-
-
-def thread_axis(tag: str) -> ThreadAxis:
-    """`tl.thread_axis("threadIdx.x")`: the GPU index `tag` (blockIdx/threadIdx .x/.y/.z)."""
-    if tag not in THREAD_TAGS:
-        raise ScheduleError(f"thread_axis: expected one of {', '.join(THREAD_TAGS)}, got "
-                            f"{tag!r}")
-    return ThreadAxis(tag)
-
-
-def _substitute_tensor(body, tensor: Tensor, axis: list[Var] | None, value):
-    """`body` with loads of `tensor` replaced: by `value`'s tensor at the same indices (when
-    `axis` is None), or by the expression `value` with its axes := the indices."""
-    from ..ir.visit import map_expr, substitute
-
-    def fn(e):
-        if isinstance(e, Load) and e.buffer is tensor:
-            if axis is None:
-                return Load(value, e.indices)
-            if all(isinstance(i, Var) and i.name == a.name and i.dtype == a.dtype
-                   for i, a in zip(e.indices, axis)):
-                # read at its own point (a chain of elementwise stages): `value` as it is;
-                # substituting would copy it, and along a chain of n stages the copies
-                # grow to n^2 nodes
-                return value
-            return substitute(value, {a.name: i for a, i in zip(axis, e.indices)})
-        return None
-
-    return map_expr(body, fn)
 
 
 def _topological_ops(outputs: list[Tensor]) -> list[Operation]:

@@ -3,62 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from ..errors import TensorlangError
 from ..ir.dtype import DType, as_dtype
 from ..ir.expr import (
     Call, Const, Expr, Max, Min, Var, binary, cast, const, select,
 )
-from ..ir.visit import substitute
 from .intrin import fmax as _fmax
 from .intrin import fmin as _fmin
-from .tensor import IterVar, to_expr
-
-
-@dataclass(frozen=True, eq=False)
-class CommReducer:
-    """combine(lhs, rhs) -> result over tuples of values, with an identity element each.
-
-    `lhs` and `rhs` are variables standing for the accumulator and the new value; `result`
-    is written in terms of them. The combiner must be associative and commutative: schedules
-    may reorder the updates of a reduction.
-    """
-
-    name: str
-    lhs: tuple[Var, ...]
-    rhs: tuple[Var, ...]
-    result: tuple[Expr, ...]
-    identity: tuple[Expr, ...]
-
-    def combine(self, acc: tuple[Expr, ...], value: tuple[Expr, ...]) -> tuple[Expr, ...]:
-        m = {v.name: a for v, a in zip(self.lhs, acc)}
-        m.update({v.name: b for v, b in zip(self.rhs, value)})
-        return tuple(substitute(r, m) for r in self.result)
-
-
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
-class Reduce(Expr):
-    """combiner over `axis` of `source` (where `where` holds); the value is result[value_index]."""
-
-    combiner: CommReducer
-    source: tuple[Expr, ...]
-    axis: tuple[IterVar, ...]
-    where: Expr
-    value_index: int
-    dtype: DType
-
-    def rebuild(self, kids: tuple[Expr, ...]) -> Reduce:
-        n = len(self.source)
-        return Reduce(self.combiner, tuple(kids[:n]), self.axis, kids[n], self.value_index,
-                      self.dtype)
-
-    def _print(self, fmt) -> str:
-        axes = ", ".join(a.name for a in self.axis)
-        src = ", ".join(fmt(s) for s in self.source)
-        where = "" if isinstance(self.where, Const) and self.where.value else \
-            f", where={fmt(self.where)}"
-        return f"{self.combiner.name}({src}, axis=[{axes}]{where})"
+from .tensor import CommReducer, IterVar, Reduce, to_expr  # noqa: F401 (CommReducer: te's API)
 
 
 def combiner_name(op) -> str:

@@ -1,14 +1,17 @@
-"""Tensors, iteration variables and the operations that produce tensors."""
+"""Tensors, iteration variables, the operations that produce tensors and the reduction
+expression (`Reduce`, with its `CommReducer`) that a compute body may be; reduce.py makes
+the reducers users call."""
 
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 
 from ..deep import deep
 from ..errors import TensorlangError
 from ..ir.dtype import DType, as_dtype, int32
 from ..ir.expr import Const, Expr, Load, ReduceVar, Var, as_expr, same
-from ..ir.visit import free_vars, walk
+from ..ir.visit import free_vars, substitute, walk
 
 
 def var(name: str = "n", dtype: str | DType = "int32") -> Var:
@@ -109,6 +112,52 @@ def reduce_axis(dom, name: str = "k") -> IterVar:
     return IterVar(ReduceVar(name, int32), extent, IterVar.REDUCE, min=lo)
 
 
+# --------------------------------------------------------------------------- reductions
+@dataclass(frozen=True, eq=False)
+class CommReducer:
+    """combine(lhs, rhs) -> result over tuples of values, with an identity element each.
+
+    `lhs` and `rhs` are variables standing for the accumulator and the new value; `result`
+    is written in terms of them. The combiner must be associative and commutative: schedules
+    may reorder the updates of a reduction.
+    """
+
+    name: str
+    lhs: tuple[Var, ...]
+    rhs: tuple[Var, ...]
+    result: tuple[Expr, ...]
+    identity: tuple[Expr, ...]
+
+    def combine(self, acc: tuple[Expr, ...], value: tuple[Expr, ...]) -> tuple[Expr, ...]:
+        m = {v.name: a for v, a in zip(self.lhs, acc)}
+        m.update({v.name: b for v, b in zip(self.rhs, value)})
+        return tuple(substitute(r, m) for r in self.result)
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Reduce(Expr):
+    """combiner over `axis` of `source` (where `where` holds); the value is result[value_index]."""
+
+    combiner: CommReducer
+    source: tuple[Expr, ...]
+    axis: tuple[IterVar, ...]
+    where: Expr
+    value_index: int
+    dtype: DType
+
+    def rebuild(self, kids: tuple[Expr, ...]) -> Reduce:
+        n = len(self.source)
+        return Reduce(self.combiner, tuple(kids[:n]), self.axis, kids[n], self.value_index,
+                      self.dtype)
+
+    def _print(self, fmt) -> str:
+        axes = ", ".join(a.name for a in self.axis)
+        src = ", ".join(fmt(s) for s in self.source)
+        where = "" if isinstance(self.where, Const) and self.where.value else \
+            f", where={fmt(self.where)}"
+        return f"{self.combiner.name}({src}, axis=[{axes}]{where})"
+
+
 # ------------------------------------------------------------------------------ tensors
 class Tensor:
     """The output of an operation: a multi-dimensional array of one dtype."""
@@ -205,8 +254,6 @@ class ComputeOp(Operation):
                          self.output)
 
     def set_body(self, body: Expr | None) -> None:
-        from .reduce import Reduce
-
         self.body = body
         self.reduce_axis = body.axis if isinstance(body, Reduce) else ()
 
@@ -313,8 +360,6 @@ def recurrence(shape, fcompute, dtype: str | DType = "float32",
     >>> x = placeholder((8,), name="x")
     >>> y = recurrence((8,), lambda y, i: if_then_else(i > 0, y[i - 1], 0.0) + x[i], name="y")
     """
-    from .intrin import if_then_else  # noqa: F401  (used in the doctest)
-
     who, shape, axis = _spatial_axes("recurrence", name, shape, fcompute, 1)
     names = [a.name for a in axis]
     d = as_dtype(dtype, f"{who} dtype")
@@ -323,8 +368,6 @@ def recurrence(shape, fcompute, dtype: str | DType = "float32",
     if isinstance(body, (tuple, list)):
         raise NotImplementedError(f"{who}: recurrences with several outputs are not supported")
     body = to_expr(body, f"{who} body")
-    from .reduce import Reduce
-
     if body.dtype != d:
         if isinstance(body, Reduce):
             raise TensorlangError(f"{who}: the reduction has dtype {body.dtype} but the "
@@ -344,8 +387,6 @@ def recurrence(shape, fcompute, dtype: str | DType = "float32",
 
 
 def _check_body(body: Expr, axis: tuple[IterVar, ...], shape, who: str) -> None:
-    from .reduce import Reduce
-
     spatial = {a.name for a in axis}
     reduce_names: set[str] = set()
     if isinstance(body, Reduce):

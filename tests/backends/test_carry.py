@@ -57,7 +57,7 @@ def test_the_loop_carries_the_stored_value_and_reads_memory_once_per_run(monkeyp
     the optimised code has one scalar load of Y (the first iteration's) per 16-step run
     instead of one a step — against the same kernel built without the carry (that reload
     made a 2 x 64 tiling 3x slower on a Zen 4)."""
-    import tensorlang.backends.llvm.codegen as CG
+    import tensorlang.backends.llvm.loops as loops
 
     X, Y = _iir(64, 64)
     s = tl.create_schedule(Y)
@@ -70,7 +70,7 @@ def test_the_loop_carries_the_stored_value_and_reads_memory_once_per_run(monkeyp
     counts = []
     for carry in (True, False):
         if not carry:
-            monkeypatch.setattr(CG, "carried_loads", lambda body, var: None)
+            monkeypatch.setattr(loops, "carried_loads", lambda body, var: None)
         f = tl.build(s, [X, Y])
         counts.append(len(re.findall(r"= load float", f.get_source("ll"))))
         y = np.zeros_like(x)

@@ -9,7 +9,8 @@ from ...ir.expr import (
     Not, Or, Select, Sub, Var)
 from ...ir.stmt import Allocate, For, If, Let, Seq, Stmt
 from ...ir.visit import stmt_exprs
-from .codegen import Launch, is_index
+from .codegen import is_index
+from .launch import Launch
 
 INT32_MIN, INT32_MAX = -(2 ** 31), 2 ** 31 - 1
 

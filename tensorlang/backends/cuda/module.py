@@ -16,7 +16,9 @@ from ...config import debug_print
 from ...errors import IndexBoundsError, ScheduleError, TensorlangError
 from ...ir.expr import Expr
 from ..runtime import size_value
-from .codegen import ERROR_RECORD_LEN, generate, plan
+from ..abi import ERROR_RECORD_LEN
+from .codegen import generate
+from .launch import plan
 from .index_width import fits_int32
 from .nvptx import DEFAULT_ARCH, check_arch, compile_ptx
 

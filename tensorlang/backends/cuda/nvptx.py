@@ -33,13 +33,14 @@ from ...config import debug_print, libdevice_path, timed
 from ...errors import ScheduleError, TensorlangError
 from ...ir.expr import Call, Const, IndexCheck, Load
 from ...ir.stmt import joined_barriers, Allocate, Barrier, For, LoopKind, Seq, Stmt, Store
-from ...ir.visit import stmt_exprs, walk
-from ...polyhedral.placement import uses_buffer
-from ..llvm.codegen import I32, I64, FunctionCodegen, memory_type
+from ...ir.visit import stmt_exprs, uses_buffer, walk
+from ..llvm.codegen import FunctionCodegen
+from ..llvm.types import I32, I64, memory_type
 from ..llvm.jit import parse_and_optimise
 from ..llvm.vector import VectorContext
-from ..llvm.target import _init
-from .codegen import ERROR_RECORD_LEN, MAX_GUARDED_UNROLL, Launch, _count
+from ...llvm_targets import init as _init
+from ..abi import ERROR_RECORD_LEN
+from .launch import MAX_GUARDED_UNROLL, Launch, buffer_elements
 
 TRIPLE = "nvptx64-nvidia-cuda"
 DEFAULT_ARCH = "sm_70"   # PTX for Volta and every later GPU (the driver compiles it further)
@@ -172,7 +173,7 @@ class PtxCodegen(FunctionCodegen):
         buf = s.buffer
         if buf.scope == "shared":
             name = f"{self.kernel}.{buf.name}"
-            t = ir.ArrayType(memory_type(buf.dtype), _count(buf))
+            t = ir.ArrayType(memory_type(buf.dtype), buffer_elements(buf))
             g = ir.GlobalVariable(self.module, t, name, addrspace=SHARED)
             g.linkage = "internal"
             g.initializer = ir.Constant(t, ir.Undefined)
@@ -184,7 +185,7 @@ class PtxCodegen(FunctionCodegen):
             with self.allocated(buf, ptr):
                 self.stmt(s.body)
             return
-        _count(buf)     # a per-thread array needs a constant size
+        buffer_elements(buf)     # a per-thread array needs a constant size
         self.registers.append(buf)
         super().allocate(s)
 

@@ -24,7 +24,7 @@ from ...ir.expr import Expr, Var
 from ...ir.printer import expr_str
 from ...ir.stmt import Buffer, Stmt
 from ...target import Target
-from .codegen import AOT_THREADS, ERROR_RECORD_LEN, error_record_name
+from ..abi import AOT_LAUNCH, AOT_THREAD_COUNT, AOT_THREADS, ERROR_RECORD_LEN, error_record_name
 from .jit import has_parallel_loop, make_module, parse_and_optimise
 from .symbols import check_symbols
 from .target import target_machine
@@ -170,7 +170,7 @@ jdone:
 }
 """
 
-_RUNTIME_FUNCTIONS = ("tl_aot_threads", "tl_aot_worker", "tl_aot_launch")
+_RUNTIME_FUNCTIONS = (AOT_THREAD_COUNT, "tl_aot_worker", AOT_LAUNCH)
 
 # a tensor element's C type, in headers and harnesses
 C_TYPES = {"bool": "uint8_t", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t",

@@ -16,9 +16,7 @@ from ...ir.expr import (
 )
 from ...ir.visit import walk
 from .half import f16_to_f32, f32_to_f16, f64_to_f16
-from .vector import type_suffix
-
-I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+from .types import I1, I8, I32, I64, type_suffix  # noqa: F401 (I1: arith's API)
 
 
 def _has_side_effects_or_traps(e: Expr) -> bool:
@@ -30,6 +28,13 @@ def _has_side_effects_or_traps(e: Expr) -> bool:
 
 class ArithCodegen:
     """Operations on values (see the module)."""
+
+    def to_i64(self, v: ir.Value, d: DType) -> ir.Value:
+        if d.bits == 64:
+            return v
+        t = ir.VectorType(I64, v.type.count) if isinstance(v.type, ir.VectorType) else I64
+        return self.builder.zext(v, t) if d.is_unsigned or d.is_bool else \
+            self.builder.sext(v, t)
 
     def arith(self, e) -> ir.Value:
         x, y = self.expr(e.a), self.expr(e.b)

@@ -13,13 +13,15 @@ from llvmlite import ir
 
 from ...config import debug_print, timed
 from ...errors import TensorlangError
+from ...target import Target
 from ...ir.expr import Var
 from ...ir.stmt import Buffer, For, LoopKind, Stmt
 from ...ir.visit import walk_stmt
-from .codegen import ERROR_RECORD_LEN, emit_function, record_entry_name
+from ..abi import ERROR_RECORD_LEN, record_entry_name
+from .codegen import emit_function
 from .pool import RUNTIME_SYMBOLS, ensure_pool
 from .symbols import check_symbols
-from .target import LLVMTarget, new_target_machine, target_machine
+from .target import new_target_machine, target_machine
 
 # compiled kernels kept by the structural cache: each holds an execution engine (~0.7 MiB)
 _CACHE_SIZE = 128
@@ -35,7 +37,7 @@ class Kernel:
     llvm_ir: str
     module: llvm.ModuleRef
     engine: llvm.ExecutionEngine
-    target: LLVMTarget
+    target: Target
 
     def assembly(self) -> str:
         return target_machine(self.target).emit_assembly(self.module)
@@ -108,7 +110,7 @@ def has_parallel_loop(body: Stmt) -> bool:
 
 
 def make_module(name: str, buffers: list[Buffer], params: list[Var], body: Stmt,
-                target: LLVMTarget, threads: int = 1, refuse=None) -> ir.Module:
+                target: Target, threads: int = 1, refuse=None) -> ir.Module:
     module = ir.Module(name=name)
     module.triple = target.triple
     emit_function(module, name, buffers, params, body, threads, refuse, target)
@@ -148,7 +150,7 @@ def optimise(mod: llvm.ModuleRef, tm: llvm.TargetMachine) -> None:
 
 
 def compile_kernel(name: str, buffers: list[Buffer], params: list[Var], body: Stmt,
-                   target: LLVMTarget) -> Kernel:
+                   target: Target) -> Kernel:
     """LLVM IR for the loop nest, optimised at O3 for `target` and JIT-compiled."""
     if not target.is_host:
         raise TensorlangError(f"internal: cannot run code for {target} in this process")

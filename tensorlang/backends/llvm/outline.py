@@ -15,7 +15,9 @@ import llvmlite.ir as ir
 from ...ir.expr import Load, Var
 from ...ir.stmt import Buffer, For, Store
 from ...ir.visit import stmt_exprs, walk, walk_stmt
-from .codegen import AOT_THREADS, I32, I64, RECORD_VAR
+from ..abi import AOT_LAUNCH, AOT_THREAD_COUNT, AOT_THREADS, PARALLEL_LAUNCH
+from .checks import RECORD_VAR
+from .types import I32, I64
 
 # Tasks of a parallel loop on the JIT's pool per thread. The pool's threads take tasks from
 # a counter, so a thread that runs slower (its core shared with another process, or a
@@ -57,7 +59,7 @@ def emit_parallel_loop(cg, s: For, lo: ir.Value) -> None:
     with b.goto_block(cg.entry):
         clo = b.alloca(st_t, name="closure")
     if cg.threads == AOT_THREADS:  # an object file: its runtime starts a thread per task
-        nthreads = b.call(cg._declare("tl_aot_threads", I64, []), [])
+        nthreads = b.call(cg._declare(AOT_THREAD_COUNT, I64, []), [])
     else:
         nthreads = ir.Constant(I64, cg.threads * TASKS_PER_THREAD)
     ntasks = b.select(b.icmp_signed("<", ext, nthreads), ext, nthreads)
@@ -96,7 +98,7 @@ def emit_parallel_loop(cg, s: For, lo: ir.Value) -> None:
     sub.serial_loop(s.var.name, start, stop, s.body)
     sub.finish()
     i8p = ir.IntType(8).as_pointer()
-    launcher = "tl_aot_launch" if cg.threads == AOT_THREADS else "tl_parallel_launch"
+    launcher = AOT_LAUNCH if cg.threads == AOT_THREADS else PARALLEL_LAUNCH
     launch = cg._declare(launcher, I32, [i8p, i8p, I64])
     r = b.call(launch, [b.bitcast(fn, i8p), b.bitcast(clo, i8p), ntasks])
     with b.if_then(b.icmp_signed("!=", r, ir.Constant(I32, 0)), likely=False):

@@ -52,8 +52,9 @@ import threading
 import llvmlite.binding as llvm
 
 from ...config import num_threads, spin_us
+from ..abi import PARALLEL_LAUNCH
 
-RUNTIME_SYMBOLS = frozenset({"tl_parallel_launch"})  # what JIT kernels may call of the pool
+RUNTIME_SYMBOLS = frozenset({PARALLEL_LAUNCH})  # what JIT kernels may call of the pool
 PREEMPTED_NS = 50_000   # a gap this long between two polls: the spinning thread was
                         # descheduled (a timer tick is a few us), so its core is wanted
 CALM_NS = 100_000_000   # then, for this long, every wait sleeps after one short poll
@@ -506,8 +507,8 @@ def _start(tm: llvm.TargetMachine) -> None:
                   resolve=llvm.address_of_symbol)
     engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
     engine.finalize_object()
-    launch = engine.get_function_address("tl_parallel_launch")
-    llvm.add_symbol("tl_parallel_launch", launch)
+    launch = engine.get_function_address(PARALLEL_LAUNCH)
+    llvm.add_symbol(PARALLEL_LAUNCH, launch)
     workers = num_threads() - 1 if futex is not None else 0
     start = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int32, ctypes.c_int64)(
         engine.get_function_address("tl_pool_start"))

@@ -27,8 +27,8 @@ from llvmlite import ir
 from ...config import debug_print, stream_stores
 from ...ir.expr import Add, Const, Expr, Load, Mul, binary
 from ...ir.stmt import Allocate, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store
+from ...ir.affine import linear_coeff
 from ...ir.visit import stmt_exprs, substitute, walk, walk_stmt
-from .vector import linear_coeff
 
 I32, I64 = ir.IntType(32), ir.IntType(64)
 _X86 = ("x86_64", "amd64")

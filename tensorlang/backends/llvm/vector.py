@@ -16,56 +16,14 @@ from dataclasses import dataclass, field
 from llvmlite import ir
 
 from ...ir.expr import (
-    Add, Cast, Const, Expr, FloorDiv, FloorMod, IndexCheck, Load, Mul, Sub, Var, binary,
+    Add, Const, Expr, FloorDiv, FloorMod, Load, Mul, Var, binary,
 )
 from ...ir.stmt import Let, Store
 from ...ir.visit import map_expr, substitute, walk
-from ...polyhedral.affine import interval_condition
+from ...ir.affine import interval_condition, linear_coeff  # noqa: F401 (linear_coeff: vector's API)
 from . import stream
+from .types import I1, I32, I64, memory_type, type_suffix  # noqa: F401 (type_suffix: vector's API)
 
-I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
-
-
-def type_suffix(t: ir.Type) -> str:
-    """LLVM's overloaded-intrinsic suffix of a type: f32, i64, v8f32, ..."""
-    if isinstance(t, ir.VectorType):
-        return f"v{t.count}{type_suffix(t.element)}"
-    if isinstance(t, ir.IntType):
-        return f"i{t.width}"
-    if isinstance(t, ir.PointerType):
-        return "p0"
-    return {ir.HalfType: "f16", ir.FloatType: "f32", ir.DoubleType: "f64"}[type(t)]
-
-
-def linear_coeff(e: Expr, var: str) -> int | None:
-    """How much `e` changes when `var` grows by 1, if that is a constant; else None."""
-    if isinstance(e, Var):
-        return 1 if e.name == var else 0
-    if isinstance(e, Const):
-        return 0
-    if isinstance(e, (Add, Sub)):
-        a, b = linear_coeff(e.a, var), linear_coeff(e.b, var)
-        if a is None or b is None:
-            return None
-        return a + b if isinstance(e, Add) else a - b
-    if isinstance(e, Mul):
-        a, b = linear_coeff(e.a, var), linear_coeff(e.b, var)
-        if a == 0 and b == 0:
-            return 0
-        if a is not None and b == 0 and isinstance(e.b, Const):
-            return a * int(e.b.value)
-        if b is not None and a == 0 and isinstance(e.a, Const):
-            return b * int(e.a.value)
-        return None
-    if isinstance(e, IndexCheck):  # its value is the index's (the iteration is for messages)
-        return linear_coeff(e.index, var)
-    if isinstance(e, Cast) and e.dtype.is_int and e.value.dtype.is_int and \
-            e.dtype.bits >= e.value.dtype.bits:
-        return linear_coeff(e.value, var)
-    # anything else is linear only when it does not involve var at all
-    if any(isinstance(x, Var) and x.name == var for x in walk(e)):
-        return None
-    return 0
 
 
 def _terms(e: Expr) -> list[Expr]:
@@ -266,8 +224,6 @@ class VectorContext:
     # ---------------------------------------------------------------------- loads
     def load(self, cg, e: Load) -> ir.Value:
         b = cg.builder
-        from .codegen import memory_type
-
         mt = memory_type(e.buffer.dtype)
         vt = ir.VectorType(mt, self.lanes)
         kind, idx = self._kind(e.indices, e.buffer, cg.extents(e.buffer))
