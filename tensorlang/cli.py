@@ -143,6 +143,13 @@ def main(argv: list[str] | None = None) -> int:
     tu.add_argument("--log", default="tuning.jsonl", help="the JSON-lines log (default "
                     "tuning.jsonl); later runs of the script reuse it")
     tu.add_argument("--budget", type=float, default=60.0, help="seconds per operator")
+    rn = sub.add_parser("run", help="run an ONNX model (random inputs unless given) and, with "
+                        "--profile, time each kernel beside the operators fused into it")
+    rn.add_argument("model", help="an .onnx file")
+    rn.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
+                    help="an input's value (repeatable; the others are random)")
+    rn.add_argument("--profile", action="store_true", help="each kernel's time and share")
+    rn.add_argument("--runs", type=int, default=10, help="timed runs (default 10)")
     args = parser.parse_args(argv)
     if args.version:
         import tensorlang as tl
@@ -169,6 +176,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "gen-rules":
         return gen_rules(args.max_ops, args.out, parser)
+    if args.command == "run":
+        from .onnx.run import parse_inputs, run_file
+
+        if args.runs < 1:
+            parser.error("--runs must be >= 1")
+        print(run_file(args.model, parse_inputs(args.input), args.profile, args.runs))
+        return 0
     if args.command == "tune":
         return tune(args.script, args.log, args.budget, parser)
     parser.print_help()

@@ -243,3 +243,20 @@ def test_light_zoo_models_with_random_weights_match_onnxruntime(name):
     (want,) = _ort(model, {inp: x})
     assert got.shape == want.shape
     assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
+
+
+def test_tensorlang_run_reports_outputs_and_kernels(tmp_path, rng, capsys):
+    from tensorlang.cli import main
+
+    path = tmp_path / "cnn.onnx"
+    onnx.save(small_cnn(rng, n=2), str(path))
+    xf = tmp_path / "x.npy"
+    np.save(xf, np.ones((2, 3, 9, 9), "f4"))
+    assert main(["run", str(path), "--input", f"x={xf}", "--profile", "--runs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "output y: float32[2, 10]" in out and "kernels, slowest first" in out
+    assert "conv2d" in out and "%" in out
+    with pytest.raises(tl.TensorlangError, match="unknown input"):
+        main(["run", str(path), "--input", f"z={xf}"])
+    with pytest.raises(tl.TensorlangError, match="NAME=FILE.npy"):
+        main(["run", str(path), "--input", "x"])
