@@ -22,7 +22,7 @@ import islpy as isl
 from ..config import debug_print
 from ..errors import ScheduleError, TensorlangError
 from ..ir.stmt import LoopKind
-from .schedule import Schedule, create_schedule
+from ..schedule.schedule import Schedule, create_schedule
 
 
 def _outputs(outputs) -> list:
@@ -165,7 +165,7 @@ def _lowers(s: Schedule) -> bool:
 def _lowered(s: Schedule, name: str = "main"):
     """The candidate's loop nest (`lower`'s LoweredFunc, its function called `name`), or
     None where the code generator does not implement it (TL_DEBUG=2 says why)."""
-    from .lower import lower
+    from ..schedule.lower import lower
 
     try:
         return lower(s, [*s.placeholders, *s.outputs], name)
