@@ -289,7 +289,7 @@ def model_rho(out, n: int, seed: int = 7,
         if len(cands) >= n:
             break
         s = search.sample(out, "llvm", rng)
-        if search._lowers(s):
+        if search.lowers(s):
             cands.setdefault(s.trace_text(), s)
     first = search.measure_many(list(cands.values()), "llvm", rounds=3)     # in turn
     second = search.measure_many(list(cands.values()), "llvm", rounds=3)

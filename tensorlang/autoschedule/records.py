@@ -7,7 +7,8 @@ A record is data from outside the process (another version's primitives, a hand 
 `tuning_log` checks its JSON shape, and `replay_trace` checks each entry against the
 schedule before applying it — its stage exists, its primitive is one a trace records, its
 arguments fit the primitive's parameters — and the primitive checks the values. Each
-refusal is a `ScheduleError`; `recorded` passes over a record so refused for the next.
+refusal is a `ScheduleError` (a combination the compiler does not implement, a
+`NotImplementedError`); `recorded` passes over a record so refused for the next.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ..config import debug_print
 from ..errors import ScheduleError, TensorlangError
 from ..schedule.lower import lower
 from ..schedule.schedule import Schedule, Stage, TraceEntry, create_schedule
-from .sample import _outputs, _target
+from .sample import as_outputs, as_target
 from .tuning_log import ranked_records
 
 # the primitives a trace records (`Stage._apply`, `Schedule._edit`), by receiver: a trace
@@ -79,10 +80,10 @@ class AutoResult:
 def program_key(outputs, target) -> str:
     """The tuning log's key: a hash of the default loop nest (names, shapes, bodies) and
     the target."""
-    outs = _outputs(outputs)
+    outs = as_outputs(outputs)
     s = create_schedule(outs)
     text = str(lower(s, [*s.placeholders, *outs]))
-    return hashlib.sha1(f"{text}|{_target(target)}".encode()).hexdigest()[:20]
+    return hashlib.sha1(f"{text}|{as_target(target)}".encode()).hexdigest()[:20]
 
 
 def _receiver(s: Schedule, entry: TraceEntry, k: int) -> Schedule | Stage:
@@ -116,7 +117,7 @@ def replay_trace(outputs, trace: list[TraceEntry]) -> Schedule:
     """A fresh schedule of `outputs` with `trace` applied, each entry checked first
     (`_receiver`) and each primitive checked as applied: a `ScheduleError` (or another
     `TensorlangError` of a primitive) when an entry does not apply."""
-    s = create_schedule(_outputs(outputs))
+    s = create_schedule(as_outputs(outputs))
     for k, entry in enumerate(trace):
         receiver = _receiver(s, entry, k)
         getattr(receiver, entry.call.prim)(*entry.call.args, **dict(entry.call.kwargs))
@@ -133,13 +134,15 @@ def recorded(outputs, target, log, model: bool = False, key: str | None = None):
     run."""
     if log is None:
         return None
-    outs, tgt = _outputs(outputs), _target(target)
+    outs, tgt = as_outputs(outputs), as_target(target)
     key = key or program_key(outs, tgt)
     for rec in ranked_records(log, key, model=model):
         trace = [TraceEntry.from_json(x) for x in rec["trace"]]     # well-formed: checked
         try:
             s = replay_trace(outs, trace)
-        except TensorlangError as e:
+        except (TensorlangError, NotImplementedError) as e:
+            # a refused entry or primitive, or a combination of primitives the compiler
+            # does not implement (a fused loop of spatial and reduce axes)
             debug_print(1, f"auto_schedule: the record of {key} in {log} does not replay "
                            f"({type(e).__name__}: {e}); trying the next, else searching")
             continue

@@ -50,7 +50,7 @@ from .mutate import mutate as _mutate, sketch as _sketch
 # (names used through this module: by the executor, the tests and the benchmarks)
 from .records import (AutoResult, Candidate, program_key, recorded,  # noqa: F401
                       replay_trace)
-from .sample import _channel_axis, _lowered, _lowers, _outputs, _target, sample  # noqa: F401
+from .sample import as_outputs, as_target, lower_candidate, lowers, sample  # noqa: F401
 from .tuning_log import append_record, log_problem, warn_unwritable
 
 MEASURE_TOP = 8          # candidates built and timed on the host, best predicted first
@@ -73,7 +73,7 @@ def predict(s: Schedule, target) -> float:
     """Seconds the schedule should take on `target`: the analytic model of cost.py
     (instructions per register block, traffic per cache level from isl's footprints,
     the cores its parallel loop occupies)."""
-    return estimate(s, _target(target)).seconds
+    return estimate(s, as_target(target)).seconds
 
 
 
@@ -105,8 +105,8 @@ def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=Non
         budget_s = tune_budget(30.0)
     else:
         budget_s = check_budget(budget_s, "auto_schedule: budget_s")
-    outs = _outputs(outputs)
-    tgt = _target(target)
+    outs = as_outputs(outputs)
+    tgt = as_target(target)
     for t in outs:
         if any(not hasattr(x, "value") for x in t.shape):
             raise NotImplementedError(f"auto_schedule: {t.name} has symbolic sizes; the "
@@ -433,7 +433,7 @@ def _lowers_once(c: Candidate, bench: _Bench) -> bool:
     nest of one that does is kept for its build."""
     if id(c) in bench.lowers:
         return True
-    lowered = None if c.schedule is None else _lowered(c.schedule, "auto")
+    lowered = None if c.schedule is None else lower_candidate(c.schedule, "auto")
     if lowered is None:
         c.schedule = None
         return False

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tensorlang as tl
-from tensorlang.autoschedule import search
+from tensorlang.autoschedule import sample, search
 from tests.conftest import set_host_caches
 
 
@@ -132,7 +132,7 @@ def test_sampled_candidates_are_legal_and_match_numpy(name, sizes, seed):
     make, nargs = PROGRAMS[name]
     ins, out, ref = make(*sizes[:nargs])
     s = search.sample([out], "llvm", random.Random(seed))
-    if not search._lowers(s):     # dropped by the search (a combination codegen refuses)
+    if not search.lowers(s):     # dropped by the search (a combination codegen refuses)
         return
     _check(s, ins, out, ref, np.random.default_rng(seed))
     # the trace is the schedule: replayed on a fresh program it gives the same loop nest
@@ -241,7 +241,7 @@ def test_a_recurrence_along_both_axes_gets_a_parallel_wavefront():
         pytest.fail("no wavefront among 40 samples")
     loops = [lp for lp in s[out].state.loops]
     assert loops[0].name.endswith("j.outer") and loops[1].kind.name == "PARALLEL"
-    assert search._lowers(s)
+    assert search.lowers(s)
     _check(s, ins, out, ref, np.random.default_rng(0))
 
 
@@ -264,7 +264,7 @@ def test_a_stencil_whose_rows_leave_the_l1_gets_time_tiled_candidates(steps, n, 
         text = s.trace_text()
         assert f'tile("{t}", "{i}"' in text and f'parallel("{t}.outer")' in text, text
         assert f'vectorize("{i}.inner.inner")' in text, text
-        assert search._lowers(s)
+        assert search.lowers(s)
         _check(s, ins, out, ref, np.random.default_rng(0))
 
 
@@ -367,7 +367,7 @@ def test_a_convolution_gets_channel_blocked_tiles_that_match_numpy(c, w):
     rng = random.Random(0)
     for _ in range(40):
         s = search.sample([out], "llvm", rng)
-        if "reorder_storage" in s.trace_text() and search._lowers(s):
+        if "reorder_storage" in s.trace_text() and search.lowers(s):
             break
     else:
         pytest.fail("no channel-blocked candidate in 40 samples")
@@ -406,12 +406,12 @@ def test_the_model_refines_sampled_tile_sizes():
     """`_refine` mutates the best predicted candidates on the model alone: what it adds
     is legal, predicted, and the best prediction never gets worse."""
     ins, out, ref = conv(16, 14)
-    tgt = search._target("llvm")
+    tgt = search.as_target("llvm")
     rng = random.Random(3)
     seen = {}
     while len(seen) < 4:
         s = search.sample([out], tgt, rng)
-        if search._lowers(s):
+        if search.lowers(s):
             seen[s.trace_text()] = search.Candidate(list(s.trace), search.predict(s, tgt),
                                                   schedule=s)
     before = min(c.predicted for c in seen.values())
@@ -466,10 +466,10 @@ def test_no_channel_tile_without_columns_to_share_it():
     r = tl.reduce_axis((0, 48), name="r")
     Y = tl.compute((64, 1), lambda i, j: tl.sum(X[i, r], axis=r), name="Y")
     s = tl.create_schedule(Y)
-    assert search._channel_axis(s, s[Y], 16) is None
+    assert sample._channel_axis(s, s[Y], 16) is None
     ins, out, _ = conv(16, 8)
     s = tl.create_schedule(out)
-    assert search._channel_axis(s, s[out], 16) == ("o", ins[1], 0)
+    assert sample._channel_axis(s, s[out], 16) == ("o", ins[1], 0)
 
 
 def test_the_best_predicted_candidate_of_each_sketch_is_measured_first():
