@@ -43,11 +43,11 @@ import time
 
 from ..config import check_budget, debug_print, tune_budget, tune_log
 from ..errors import ScheduleError, TensorlangError
+# (the names marked F401 are used through this module by the tests and the benchmarks)
 from ..schedule.schedule import Schedule, TraceEntry, create_schedule  # noqa: F401
 from .cost import estimate
 from .measure import TIME_MIN_S, kernel_call, measure_many, time_in_turn  # noqa: F401
 from .mutate import mutate as _mutate, sketch as _sketch
-# (names used through this module: by the executor, the tests and the benchmarks)
 from .records import (AutoResult, Candidate, program_key, recorded,  # noqa: F401
                       replay_trace)
 from .sample import as_outputs, as_target, lower_candidate, lowers, sample  # noqa: F401
