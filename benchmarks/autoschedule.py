@@ -18,7 +18,7 @@ blank cell, not a failed run.
 
 The model-only columns are the graph executor's default: `tl.auto_schedule` without
 measuring, seeded with the hand schedule (kept unless a candidate is predicted
-`auto.MODEL_MARGIN` times faster), its kernel timed beside the others, and its search's
+`search.MODEL_MARGIN` times faster), its kernel timed beside the others, and its search's
 seconds.
 
 Usage: python benchmarks/autoschedule.py [--budget 30] [--quick] [--ops matmul,blur,...]
@@ -36,7 +36,7 @@ import numpy as np
 
 import tensorlang as tl
 from tensorlang.graph.ops import OPS
-from tensorlang.schedule import auto
+from tensorlang.autoschedule import search
 
 R = np.random.default_rng(0)
 
@@ -243,7 +243,7 @@ def run_one(name, make, budget: float, rho_n: int = 0, samples: str | None = Non
     np.testing.assert_allclose(model_out, want, rtol=1e-3, atol=1e-3)
     naive = tl.build(tl.create_schedule(out), [*ins, out], name="naive")
     naive_out = np.zeros_like(res)
-    t_hand, t_auto, t_model, t_naive = auto.time_in_turn(
+    t_hand, t_auto, t_model, t_naive = search.time_in_turn(
         [lambda: mod(*hand_args, res), lambda: f(*arrays, got),
          lambda: fm(*model_args, model_out), lambda: naive(*arrays, naive_out)], rounds=5)
     rho = s.auto.spearman
@@ -267,7 +267,7 @@ def _sample_path(folder: str | None, name: str) -> str | None:
 
 
 def _rho(a, b) -> float | None:
-    return auto.AutoResult("", "", [auto.Candidate([], p, m) for p, m in zip(a, b)]).spearman
+    return search.AutoResult("", "", [search.Candidate([], p, m) for p, m in zip(a, b)]).spearman
 
 
 def model_rho(out, n: int, seed: int = 7,
@@ -288,13 +288,13 @@ def model_rho(out, n: int, seed: int = 7,
     for _ in range(6 * n):
         if len(cands) >= n:
             break
-        s = auto.sample(out, "llvm", rng)
-        if auto._lowers(s):
+        s = search.sample(out, "llvm", rng)
+        if search.lowers(s):
             cands.setdefault(s.trace_text(), s)
-    first = auto.measure_many(list(cands.values()), "llvm", rounds=3)     # in turn
-    second = auto.measure_many(list(cands.values()), "llvm", rounds=3)
+    first = search.measure_many(list(cands.values()), "llvm", rounds=3)     # in turn
+    second = search.measure_many(list(cands.values()), "llvm", rounds=3)
     best = [min(a, b) for a, b in zip(first, second)]
-    pred = [auto.predict(s, "llvm") for s in cands.values()]
+    pred = [search.predict(s, "llvm") for s in cands.values()]
     if keep:
         with open(keep, "w") as fh:
             json.dump({"traces": list(cands), "predicted": pred, "first": first,

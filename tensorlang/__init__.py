@@ -11,7 +11,7 @@ from .schedule import (  # noqa: F401
     LoweredFunc, Schedule, Stage, ThreadAxis, create_schedule, lower, thread_axis,
 )
 from .schedule.analyze import Report, analyze  # noqa: F401
-from .schedule.auto import auto_schedule  # noqa: F401
+from .autoschedule import auto_schedule  # noqa: F401
 from .cpus import CPUModel, UnknownCPUError, cpu_model, cpu_models  # noqa: F401
 from .target import Target  # noqa: F401
 from . import aot  # noqa: F401,E402

@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         size = 128 if args.quick else args.size
         return demo(size, reps=3 if args.quick else 5)
     if args.command == "bench":
-        from . import bench
+        from .benchmarking import bench
 
         kernels = [k for k in args.kernels.split(",") if k] or None
         try:
@@ -190,29 +190,22 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def tune(script: str, log: str, budget: float, parser) -> int:
-    """Run `script` with TL_TUNE_LOG and TL_TUNE_BUDGET set: its auto_schedule calls read
-    and extend the log, and search for `budget` seconds each when nothing is recorded."""
+    """Run `script` with `log` and `budget` as its tuning settings (`config.tuning`): its
+    auto_schedule calls (and the graph executor's) read and extend the log, and search for
+    `budget` seconds each when nothing is recorded."""
     import math
-    import os
     import pathlib
     import runpy
+
+    from .autoschedule.tuning_log import read_log
+    from .config import tuning
 
     if not pathlib.Path(script).is_file():
         parser.error(f"tune: no script {script}")
     if not (math.isfinite(budget) and budget > 0):
         parser.error(f"--budget must be a finite positive number of seconds, got {budget:g}")
-    old = {k: os.environ.get(k) for k in ("TL_TUNE_LOG", "TL_TUNE_BUDGET")}
-    os.environ["TL_TUNE_LOG"], os.environ["TL_TUNE_BUDGET"] = log, str(budget)
-    try:
+    with tuning(log, budget):
         runpy.run_path(script, run_name="__main__")
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    from .schedule.tuning_log import read_log
-
     print(f"tuning log {log}: {len(read_log(log))} records")   # (malformed lines skipped)
     return 0
 

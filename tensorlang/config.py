@@ -7,9 +7,9 @@ default allows it, as C compilers' -ffp-contract=on does within an expression).
 TL_FASTMATH=1 builds every LLVM kernel with fast math (`tl.build(..., fastmath=True)` does it
 for one kernel; see `fastmath`).
 TL_TUNE_LOG and TL_TUNE_BUDGET give tl.auto_schedule its default tuning log and seconds per
-operator (`tensorlang tune` sets them). TL_CACHE_DIR is where the graph executor keeps its
-tuning log when TL_TUNE_LOG is unset (default ~/.cache/tensorlang; the test suite points
-it at a temporary folder).
+operator (`tensorlang tune`'s own settings, `tuning`, come first). TL_CACHE_DIR is where
+the graph executor keeps its tuning log when TL_TUNE_LOG is unset (default
+~/.cache/tensorlang; the test suite points it at a temporary folder).
 TL_STREAM_STORES=0 stops the LLVM backend from storing large outputs non-temporally
 (`backends/llvm/stream.py`; default on, x86 only).
 TL_STRICT=1 turns a refused default schedule (the graph executor's, which then runs the
@@ -140,10 +140,31 @@ def fastmath() -> bool:
     return flag("TL_FASTMATH", False)
 
 
+# the settings of `tensorlang tune` for the script it runs (`tuning`), ahead of TL_TUNE_LOG
+# and TL_TUNE_BUDGET: process-wide, as those are, until the script ends
+_TUNING: dict[str, object] = {}
+
+
+@contextlib.contextmanager
+def tuning(log: str | os.PathLike, budget_s: float):
+    """Within the block, `tune_log()` answers `log` and `tune_budget()` answers `budget_s`
+    (a finite positive number of seconds), before TL_TUNE_LOG and TL_TUNE_BUDGET: how
+    `tensorlang tune` gives its settings to the script it runs, without writing the
+    environment. The settings before the block come back after it."""
+    budget = check_budget(budget_s, "tuning: budget_s")
+    old = dict(_TUNING)
+    _TUNING.update(log=os.fspath(log), budget_s=budget)
+    try:
+        yield
+    finally:
+        _TUNING.clear()
+        _TUNING.update(old)
+
+
 def tune_log(default: str | None = None) -> str | None:
-    """The auto-scheduler's tuning log (TL_TUNE_LOG, set by `tensorlang tune`), else
-    `default`."""
-    return os.environ.get("TL_TUNE_LOG") or default
+    """The auto-scheduler's tuning log: `tensorlang tune`'s (`tuning`), else TL_TUNE_LOG,
+    else `default`."""
+    return _TUNING.get("log") or os.environ.get("TL_TUNE_LOG") or default
 
 
 def cache_dir() -> str:
@@ -154,10 +175,12 @@ def cache_dir() -> str:
 
 
 def tune_budget(default: float) -> float:
-    """Seconds of search per operator: TL_TUNE_BUDGET (set by `tensorlang tune`), else
-    `default`. A value that is not a finite positive number is an error naming the
-    variable (`nan`, `inf`, `-1`, `ten`): the search would otherwise run forever, stop at
-    once or take a default the user did not ask for."""
+    """Seconds of search per operator: `tensorlang tune`'s (`tuning`), else
+    TL_TUNE_BUDGET, else `default`. A value of TL_TUNE_BUDGET that is not a finite positive
+    number is an error naming the variable (`nan`, `inf`, `-1`, `ten`): the search would
+    otherwise run forever, stop at once or take a default the user did not ask for."""
+    if "budget_s" in _TUNING:
+        return _TUNING["budget_s"]
     v = os.environ.get("TL_TUNE_BUDGET", "").strip()
     if not v:
         return default

@@ -46,4 +46,4 @@ class IndexBoundsError(BoundsError):
 
 class TuningLogWarning(UserWarning):
     """The auto-scheduler's tuning log cannot be read or written: the search runs and its
-    result is returned, unrecorded (the log is a cache; `schedule/tuning_log.py`)."""
+    result is returned, unrecorded (the log is a cache; `autoschedule/tuning_log.py`)."""

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tensorlang import bench
+from tensorlang.benchmarking import bench
 
 
 @pytest.mark.slow
@@ -60,3 +60,22 @@ def test_the_paired_ratio_is_the_median_of_each_rounds_ratio():
     results[(n, "halide")] = [90.0, 70.0]
     assert bench._paired(results, n) == "—"
     assert bench._paired({(n, "tensorlang"): [1.0, 2.0]}, n) == "—"
+
+
+def test_the_harness_runs_as_a_script_where_tensorlang_cannot_be_imported():
+    """`--peer-python`'s interpreter runs bench.py as a script (no package): it finds the
+    peers' module beside it and imports nothing of tensorlang for a peer's kernel. With
+    Halide absent the worker reaches the peer's own import (were peers.py not found, the
+    skip would name it instead)."""
+    if not bench._absent("halide"):
+        pytest.skip("halide is installed here: its kernel would run")
+    code = ("import runpy, sys\n"
+            "sys.modules['tensorlang'] = None\n"        # any import of tensorlang fails
+            f"path = {bench.__file__!r}\n"
+            "sys.path.insert(0, __import__('os').path.dirname(path))\n"
+            "sys.argv = [path, '--worker', 'E = D + (A+B)*C', 'halide', '--quick']\n"
+            "runpy.run_path(path, run_name='__main__')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == '{"skip": "not installed (halide)"}'

@@ -66,3 +66,41 @@ def test_a_switch_with_another_value_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("TL_FASTMATH", "maybe")
     with pytest.raises(tl.TensorlangError, match="TL_FASTMATH must be one of .* got 'maybe'"):
         config.fastmath()
+
+
+def test_tune_gives_its_settings_to_the_script_without_writing_the_environment(
+        tmp_path, monkeypatch):
+    """`tensorlang tune` passes --log and --budget to the script it runs as arguments
+    (`config.tuning`): inside it `tune_log()` and `tune_budget()` answer them ahead of
+    TL_TUNE_LOG and TL_TUNE_BUDGET, the environment is left as it was, and after it the
+    settings are gone."""
+    import json
+
+    from tensorlang.config import tune_budget, tune_log
+
+    monkeypatch.setenv("TL_TUNE_LOG", str(tmp_path / "env.jsonl"))
+    monkeypatch.delenv("TL_TUNE_BUDGET", raising=False)
+    seen = tmp_path / "seen.json"
+    script = tmp_path / "op.py"
+    script.write_text(
+        "import json, os\n"
+        "from tensorlang.config import tune_budget, tune_log\n"
+        f"open({str(seen)!r}, 'w').write(json.dumps([tune_log(), tune_budget(1.0), "
+        "os.environ.get('TL_TUNE_LOG'), os.environ.get('TL_TUNE_BUDGET')]))\n")
+    log = tmp_path / "t.jsonl"
+    assert main(["tune", str(script), "--log", str(log), "--budget", "7.5"]) == 0
+    assert json.loads(seen.read_text()) == [str(log), 7.5, str(tmp_path / "env.jsonl"), None]
+    assert tune_log() == str(tmp_path / "env.jsonl") and tune_budget(3.0) == 3.0
+
+
+def test_tuning_settings_nest_and_are_checked(tmp_path):
+    from tensorlang.config import tune_budget, tune_log, tuning
+
+    with tuning(tmp_path / "a.jsonl", 2):
+        with tuning(tmp_path / "b.jsonl", 4.0):
+            assert tune_log() == str(tmp_path / "b.jsonl") and tune_budget(1.0) == 4.0
+        assert tune_log() == str(tmp_path / "a.jsonl") and tune_budget(1.0) == 2.0
+    for bad in (0, float("nan"), "10", True):
+        with pytest.raises(tl.TensorlangError, match="budget_s"):
+            with tuning(tmp_path / "a.jsonl", bad):
+                pass

@@ -108,7 +108,7 @@ def test_a_model_given_by_hand():
 def test_the_cost_model_reads_the_targets_cpu():
     """The same schedule on two described CPUs: twice the clock, half the compute time;
     Zen 4's 512-bit FMAs run as halves, Zen 5's whole."""
-    from tensorlang.schedule import cost
+    from tensorlang.autoschedule import cost
 
     A = tl.placeholder((256, 256), "float32", name="A")
     B = tl.placeholder((256, 256), "float32", name="B")

@@ -89,7 +89,7 @@ for label, f in (("declared", f_naive), ("tutorial 05 by hand", f_hand),
 # accumulators in registers. The same model runs for a target this machine is not.
 
 # %%
-from tensorlang.schedule import cost  # noqa: E402
+from tensorlang.autoschedule import cost  # noqa: E402
 
 for label, sch in (("declared", tl.create_schedule(C)), ("auto", s)):
     print(f"--- {label}\n{cost.estimate(sch, 'llvm')}")

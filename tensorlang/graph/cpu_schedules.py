@@ -281,14 +281,14 @@ SUM_CHAINS = 2   # independent vector partial sums a sum along memory keeps (see
 
 def _vector_sum(s: tl.Schedule, st, k, lanes: int, spatial: list) -> None:
     """The sum of stage `st` over its reduce axis `k` (along memory) as SUM_CHAINS vectors
-    of partial sums (`schedule.sample.vector_sum`). One vector of partial sums waits an
+    of partial sums (`autoschedule.sample.vector_sum`). One vector of partial sums waits an
     add's latency (3-4 cycles) a vector, where the core could start two a cycle: layer
     norm's two row sums held most of its time on Zen 5 (4096 x 1024 rows, two threads:
     108 -> 128-156 GB/s with two chains, the same with the rows in L2, so the passes were
     compute-bound). Four chains ran slower (75 GB/s): LLVM unrolls both passes of a
     1024-column row completely and keeps the first pass's 64 loaded vectors for the
     second, spilling them. A sum shorter than 2 * SUM_CHAINS vectors keeps one chain."""
-    from ..schedule.sample import vector_sum
+    from ..autoschedule.sample import vector_sum
 
     chains = SUM_CHAINS if int(k.extent.value) >= 2 * SUM_CHAINS * lanes else 1
     vector_sum(s, st, k, lanes, chains, place=bool(spatial))

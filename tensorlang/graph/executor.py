@@ -25,7 +25,7 @@ import tensorlang as tl
 
 from ..errors import ScheduleError
 from ..config import cache_dir, debug_print, strict, tune_budget, tune_log
-from ..schedule import auto
+from ..autoschedule.records import recorded
 from .cpu_schedules import conv_block, default_schedule, register_tile  # noqa: F401 (API)
 from ..backends import array_cache
 from ..backends.abi import Status
@@ -167,8 +167,8 @@ def schedule_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "
     - "model": the auto-scheduler's model-only mode (`tl.auto_schedule(...,
       measure_on_host=False)`): a fixed number of candidates sampled and refined from the
       hand-written schedule as a seed, ranked by the cost model, nothing measured; the
-      seed is kept unless a candidate is predicted `auto.MODEL_MARGIN` times faster. The
-      choice is recorded in the tuning log (`tune_log()`, default
+      seed is kept unless a candidate is predicted `autoschedule.search.MODEL_MARGIN`
+      times faster. The choice is recorded in the tuning log (`tune_log()`, default
       `cache_dir()/tuning.jsonl`), which later runs read instead of searching; a measured
       record there (`tensorlang tune`) wins over it. A kernel of less than
       `MODEL_MIN_WORK` multiply-adds keeps the hand schedule (it runs in microseconds:
@@ -176,8 +176,9 @@ def schedule_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "
     - "auto": the same search with its best predicted candidates measured (TL_TUNE_BUDGET
       seconds, default 10), the hand schedule measured beside them, recorded.
     - "hand": the hand-written schedule (`cpu_schedules.default_schedule`).
-    - "default": "auto" when TL_TUNE_LOG names a log (`tensorlang tune script.py` sets it:
-      a script tuned once runs with the recorded schedules after), else "model".
+    - "default": "auto" when a tuning log is set (`tune_log()`: TL_TUNE_LOG, or the one
+      `tensorlang tune script.py` gives the script: a script tuned once runs with the
+      recorded schedules after), else "model".
     """
     ins = [tl.placeholder(s, d, name=f"in{k}") for k, (s, d) in enumerate(zip(shapes, dtypes))]
     tensors, tshapes, kinds = [], [], []
@@ -215,7 +216,7 @@ def schedule_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "
                        f"below MODEL_MIN_WORK ({MODEL_MIN_WORK}), no search")
         schedules = "hand"
     log = _auto_log() if schedules in ("auto", "model") else None
-    s = auto.recorded(out, target, log, model=schedules == "model")
+    s = recorded(out, target, log, model=schedules == "model")
     if s is not None:           # a record: the hand schedule (its seed) is not needed
         return s, ins, out
     hand = default_schedule(out, kind, work, fresh, anchor)

@@ -306,7 +306,7 @@ def test_the_last_level_cache_rate_is_the_cpus_measured_one_or_the_environments(
     31 bytes a cycle, 10 for the generic x86-64 core (the same 3 GHz clock), and
     TL_L3_BYTES_PER_CYCLE over the host's alone (a named CPU is its entry), with a clear
     error for a value that is not a positive number."""
-    from tensorlang.schedule import cost
+    from tensorlang.autoschedule import cost
 
     monkeypatch.delenv("TL_L3_BYTES_PER_CYCLE", raising=False)
     zen5 = tl.Target.parse("llvm -mtriple=x86_64-unknown-linux-gnu -mcpu=znver5")

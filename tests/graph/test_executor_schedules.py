@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import tensorlang as tl
 import tensorlang.graph as G
 from tensorlang.graph import executor as E
-from tensorlang.schedule import auto
+from tensorlang.autoschedule import search
 
 from . import test_fusion as F
 
@@ -45,7 +45,7 @@ def test_a_column_sum_takes_the_models_schedule_and_records_it(fresh_log):
     np.testing.assert_allclose(got, xv.sum(axis=0), rtol=1e-4, atol=1e-3)
     recs = [json.loads(line) for line in fresh_log.read_text().splitlines()]
     assert [r["mode"] for r in recs] == ["model"] and recs[0]["time"] is None
-    chosen = "\n".join(str(auto.TraceEntry.from_json(t)) for t in recs[0]["trace"])
+    chosen = "\n".join(str(search.TraceEntry.from_json(t)) for t in recs[0]["trace"])
     assert chosen == _trace([y])                       # the record, read back
     assert chosen != _trace([y], "hand")
 
@@ -58,7 +58,7 @@ def test_a_recorded_choice_is_read_back_without_searching(fresh_log, monkeypatch
 
     def no_search(*a, **k):
         raise AssertionError("searched again")
-    monkeypatch.setattr(auto, "sample", no_search)
+    monkeypatch.setattr(search, "sample", no_search)
     assert _trace([y]) == first
     xv = R.standard_normal((1024, 1280)).astype("float32")
     (got,) = G.Executor([y]).run({x: xv})
@@ -165,13 +165,13 @@ def test_the_model_only_mode_keeps_a_seed_unless_a_candidate_is_predicted_margin
     B = tl.compute((257,), lambda j: tl.sum(A[k, j], axis=k), name="B")
     seed = tl.create_schedule(B)
     seed[B].parallel(B.op.axis[0])
-    monkeypatch.setattr(auto, "MODEL_MARGIN", margin)
+    monkeypatch.setattr(search, "MODEL_MARGIN", margin)
     s = tl.auto_schedule(B, measure_on_host=False, budget_s=600, seeds=[seed])
     best = min(c.predicted for c in s.auto.candidates)
     if margin > 1e6:
         assert s.trace_text() == seed.trace_text()
     else:
-        assert s.auto.best.predicted == best < auto.predict(seed, "llvm")
+        assert s.auto.best.predicted == best < search.predict(seed, "llvm")
         assert s.trace_text() != seed.trace_text()
 
 
@@ -184,9 +184,9 @@ def test_random_row_graphs_on_the_models_schedules_match_numpy(case, backward, m
     search (a few candidates each, to stay quick; any predicted faster than the hand
     schedule taken), forward and backward, against numpy."""
     monkeypatch.setattr(E, "MODEL_MIN_WORK", 0)
-    monkeypatch.setattr(auto, "MODEL_MARGIN", 1.0)
-    monkeypatch.setattr(auto, "MODEL_SAMPLES", 3)
-    monkeypatch.setattr(auto, "MODEL_REFINES", 2)
+    monkeypatch.setattr(search, "MODEL_MARGIN", 1.0)
+    monkeypatch.setattr(search, "MODEL_SAMPLES", 3)
+    monkeypatch.setattr(search, "MODEL_REFINES", 2)
     monkeypatch.setattr(E, "_KERNELS", type(E._KERNELS)())
     F.test_random_row_graphs_match_numpy.hypothesis.inner_test(case, backward)
 

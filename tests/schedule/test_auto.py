@@ -1,4 +1,4 @@
-"""tl.auto_schedule (schedule/auto.py): every candidate the search emits is legal (isl
+"""tl.auto_schedule (autoschedule/search.py): every candidate the search emits is legal (isl
 checked each primitive) and computes what numpy does, on random TE programs and sizes that
 do and do not divide the tiles; the tuning log round-trips; a cross target gets a schedule
 from the model alone; `tensorlang tune` fills a log."""
@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tensorlang as tl
-from tensorlang.schedule import auto
+from tensorlang.autoschedule import sample, search
 from tests.conftest import set_host_caches
 
 
@@ -131,12 +131,12 @@ def _check(s, ins, out, ref, shapes_rng):
 def test_sampled_candidates_are_legal_and_match_numpy(name, sizes, seed):
     make, nargs = PROGRAMS[name]
     ins, out, ref = make(*sizes[:nargs])
-    s = auto.sample([out], "llvm", random.Random(seed))
-    if not auto._lowers(s):     # dropped by the search (a combination codegen refuses)
+    s = search.sample([out], "llvm", random.Random(seed))
+    if not search.lowers(s):     # dropped by the search (a combination codegen refuses)
         return
     _check(s, ins, out, ref, np.random.default_rng(seed))
     # the trace is the schedule: replayed on a fresh program it gives the same loop nest
-    again = auto.replay_trace([out], s.trace)
+    again = search.replay_trace([out], s.trace)
     assert str(tl.lower(again, [*ins, out])) == str(tl.lower(s, [*ins, out]))
 
 
@@ -160,14 +160,14 @@ def test_tuning_log_round_trips(tmp_path):
     ins, out, ref = blur(30, 40)
     s1 = tl.auto_schedule(out, budget_s=8, log=log, seed=3)
     recs = [json.loads(x) for x in log.read_text().splitlines()]
-    assert len(recs) == 1 and recs[0]["key"] == auto.program_key([out], "llvm")
+    assert len(recs) == 1 and recs[0]["key"] == search.program_key([out], "llvm")
     ins2, out2, _ = blur(30, 40)                # the same program, built again
     s2 = tl.auto_schedule(out2, budget_s=8, log=log)
     assert s2.auto.from_log and s2.trace_text() == s1.trace_text()
     _check(s2, ins2, out2, ref, np.random.default_rng(1))
     assert len(log.read_text().splitlines()) == 1          # reused, not searched again
     ins3, out3, _ = blur(31, 40)                # another size: another key
-    assert auto.program_key([out3], "llvm") != recs[0]["key"]
+    assert search.program_key([out3], "llvm") != recs[0]["key"]
 
 
 def test_cross_target_is_scheduled_by_the_model_alone():
@@ -234,14 +234,14 @@ def test_a_recurrence_along_both_axes_gets_a_parallel_wavefront():
     ins, out, ref = grid(45, 70)
     rng = random.Random(0)
     for _ in range(40):
-        s = auto.sample([out], "llvm", rng)
+        s = search.sample([out], "llvm", rng)
         if "skew" in s.trace_text() and "parallel" in s.trace_text():
             break
     else:
         pytest.fail("no wavefront among 40 samples")
     loops = [lp for lp in s[out].state.loops]
     assert loops[0].name.endswith("j.outer") and loops[1].kind.name == "PARALLEL"
-    assert auto._lowers(s)
+    assert search.lowers(s)
     _check(s, ins, out, ref, np.random.default_rng(0))
 
 
@@ -254,17 +254,17 @@ def test_a_stencil_whose_rows_leave_the_l1_gets_time_tiled_candidates(steps, n, 
     ins, out, ref = heat(steps, n)
     t, i = (a.var.name for a in out.op.axis)
     rng = random.Random(1)
-    assert not any(f'skew("{t}", "{i}"' in auto.sample([out], "llvm", rng).trace_text()
+    assert not any(f'skew("{t}", "{i}"' in search.sample([out], "llvm", rng).trace_text()
                    for _ in range(30))
     set_host_caches(monkeypatch, 2 * 4 * n - 4, 1 << 20, 32 << 20)
-    tiled = [s for s in (auto.sample([out], "llvm", rng) for _ in range(40))
+    tiled = [s for s in (search.sample([out], "llvm", rng) for _ in range(40))
              if f'skew("{t}", "{i}"' in s.trace_text()]
     assert len(tiled) >= 2
     for s in tiled[:5]:
         text = s.trace_text()
         assert f'tile("{t}", "{i}"' in text and f'parallel("{t}.outer")' in text, text
         assert f'vectorize("{i}.inner.inner")' in text, text
-        assert auto._lowers(s)
+        assert search.lowers(s)
         _check(s, ins, out, ref, np.random.default_rng(0))
 
 
@@ -346,7 +346,7 @@ def test_producers_are_never_placed_inside_their_readers_reduction():
     rng = random.Random(2)     # (the old sampler placed one inside at the first sample)
     placed = 0
     for _ in range(8):
-        s = auto.sample([Y], "llvm", rng)
+        s = search.sample([Y], "llvm", rng)
         for st_ in s.stages:
             if st_.state.attach is None:
                 continue
@@ -366,8 +366,8 @@ def test_a_convolution_gets_channel_blocked_tiles_that_match_numpy(c, w):
     ins, out, ref = conv(c, w)
     rng = random.Random(0)
     for _ in range(40):
-        s = auto.sample([out], "llvm", rng)
-        if "reorder_storage" in s.trace_text() and auto._lowers(s):
+        s = search.sample([out], "llvm", rng)
+        if "reorder_storage" in s.trace_text() and search.lowers(s):
             break
     else:
         pytest.fail("no channel-blocked candidate in 40 samples")
@@ -378,7 +378,7 @@ def test_a_convolution_gets_channel_blocked_tiles_that_match_numpy(c, w):
     if c % lanes == 0:
         # the tile reads W_packed with vector loads: without the packing's own vector loop
         # (a vector of output channels is a column of W, a gather) nothing gathers
-        plain = auto.replay_trace([out], [t for t in s.trace if t.stage != "W_packed"])
+        plain = search.replay_trace([out], [t for t in s.trace if t.stage != "W_packed"])
         assert "masked.gather" not in tl.build(plain, [*ins, out]).get_source("ll")
 
 
@@ -392,7 +392,7 @@ def test_a_parallel_loop_is_never_a_batch_of_one():
     rng = random.Random(5)
     parallel = 0
     for _ in range(12):
-        s = auto.sample([out], "llvm", rng)
+        s = search.sample([out], "llvm", rng)
         for st_ in s.stages:
             for d, lp in enumerate(st_.state.loops):
                 if lp.kind is LoopKind.PARALLEL:
@@ -406,19 +406,19 @@ def test_the_model_refines_sampled_tile_sizes():
     """`_refine` mutates the best predicted candidates on the model alone: what it adds
     is legal, predicted, and the best prediction never gets worse."""
     ins, out, ref = conv(16, 14)
-    tgt = auto._target("llvm")
+    tgt = search.as_target("llvm")
     rng = random.Random(3)
     seen = {}
     while len(seen) < 4:
-        s = auto.sample([out], tgt, rng)
-        if auto._lowers(s):
-            seen[s.trace_text()] = auto.Candidate(list(s.trace), auto.predict(s, tgt),
+        s = search.sample([out], tgt, rng)
+        if search.lowers(s):
+            seen[s.trace_text()] = search.Candidate(list(s.trace), search.predict(s, tgt),
                                                   schedule=s)
     before = min(c.predicted for c in seen.values())
     n = len(seen)
     import time
     for _ in range(6):                      # (a slow machine replays fewer mutants)
-        auto._refine(seen, [out], tgt, rng, time.perf_counter() + 3)
+        search._refine(seen, [out], tgt, rng, time.perf_counter() + 3)
         added = [c for c in list(seen.values())[n:] if c.schedule is not None]
         if added:
             break
@@ -466,10 +466,10 @@ def test_no_channel_tile_without_columns_to_share_it():
     r = tl.reduce_axis((0, 48), name="r")
     Y = tl.compute((64, 1), lambda i, j: tl.sum(X[i, r], axis=r), name="Y")
     s = tl.create_schedule(Y)
-    assert auto._channel_axis(s, s[Y], 16) is None
+    assert sample._channel_axis(s, s[Y], 16) is None
     ins, out, _ = conv(16, 8)
     s = tl.create_schedule(out)
-    assert auto._channel_axis(s, s[out], 16) == ("o", ins[1], 0)
+    assert sample._channel_axis(s, s[out], 16) == ("o", ins[1], 0)
 
 
 def test_the_best_predicted_candidate_of_each_sketch_is_measured_first():
@@ -479,20 +479,20 @@ def test_the_best_predicted_candidate_of_each_sketch_is_measured_first():
     from tensorlang.schedule.schedule import Call
 
     def cand(pred, *placements):
-        trace = [auto.TraceEntry("by", Call("split", ("j",), (("factor", 16),)))]
-        trace += [auto.TraceEntry(st, Call(prim, args, ())) for st, prim, args in placements]
-        return auto.Candidate(trace, pred)
+        trace = [search.TraceEntry("by", Call("split", ("j",), (("factor", 16),)))]
+        trace += [search.TraceEntry(st, Call(prim, args, ())) for st, prim, args in placements]
+        return search.Candidate(trace, pred)
 
     inline = [cand(1.0 + k / 10, ("bx", "compute_inline", ())) for k in range(5)]
     root = [cand(2.0), cand(2.5)]
     at = [cand(3.0, ("bx", "compute_at", ("by", "j.outer"))),
           cand(3.5, ("bx", "compute_at", ("by", "i")))]
-    far = [cand(auto.SKETCH_RATIO * 1.01, ("bx", "compute_at", ("by", "j")))]
+    far = [cand(search.SKETCH_RATIO * 1.01, ("bx", "compute_at", ("by", "j")))]
     cands = sorted(inline + root + at + far, key=lambda c: c.predicted)
-    leaders = auto._sketch_leaders(cands)
+    leaders = search._sketch_leaders(cands)
     assert [c.predicted for c in leaders] == [1.0, 2.0, 3.0, 3.5]
-    assert auto._sketch(inline[0].trace) == auto._sketch(inline[3].trace) != \
-        auto._sketch(root[0].trace)
+    assert search._sketch(inline[0].trace) == search._sketch(inline[3].trace) != \
+        search._sketch(root[0].trace)
 
 
 def test_an_isl_condition_true_as_an_integer_compiles():
@@ -544,7 +544,7 @@ def test_candidates_of_one_program_are_timed_on_the_same_arrays(monkeypatch):
     """Where an array's pages lie is not a schedule's doing (a heat stencil's output
     measured 6x apart on two allocations, Zen 5): measure_many times every candidate of
     one program on one set of arrays; a program of other shapes gets its own."""
-    from tensorlang.schedule import measure
+    from tensorlang.autoschedule import measure
 
     seen = []
 
@@ -571,7 +571,7 @@ def test_a_mutated_tile_keeps_whole_vectors_where_its_inner_loop_is_vectorised()
     splits move freely among the factors."""
     import random
 
-    from tensorlang.schedule import auto
+    from tensorlang.autoschedule import search
     from tensorlang.schedule.schedule import Call, TraceEntry
 
     trace = [TraceEntry("C", Call("tile", ("i", "j", 16, 32), ())),
@@ -583,7 +583,7 @@ def test_a_mutated_tile_keeps_whole_vectors_where_its_inner_loop_is_vectorised()
     rng = random.Random(3)
     rows, cols, outer = set(), set(), set()
     for _ in range(400):
-        child = auto._mutate(trace, rng)
+        child = search._mutate(trace, rng)
         assert child[1] == trace[1] and child[4] == trace[4]   # the vector splits stay
         rows.add(child[0].call.args[2])
         cols.add(child[0].call.args[3])
@@ -599,7 +599,7 @@ def test_sampled_row_sums_keep_one_or_two_vector_chains_and_match_numpy():
     every one matches numpy at a length that no chain width divides."""
     import random
 
-    from tensorlang.schedule import sample as S
+    from tensorlang.autoschedule import sample as S
 
     n = 16 * 8 + 5
     X = tl.placeholder((6, n), "float32", name="X")

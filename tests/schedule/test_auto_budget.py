@@ -1,4 +1,4 @@
-"""tl.auto_schedule keeps its budget (schedule/auto.py, `_Bench`): the whole call ends
+"""tl.auto_schedule keeps its budget (autoschedule/search.py, `_Bench`): the whole call ends
 within `budget_s` (+10 %), a slow declared loop nest is never timed at length nor returned
 while a candidate lowers, a hopeless candidate is cut short (and TL_DEBUG=1 says so), and
 a budget that is not a finite positive number is refused, as argument and as
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tensorlang as tl
-from tensorlang.schedule import auto
+from tensorlang.autoschedule import search
 
 
 def strided_matmul(n):
@@ -94,19 +94,19 @@ def test_a_hopeless_candidate_is_cut_short_and_said(monkeypatch, capsys):
             time.sleep(0.05)
         return run
 
-    monkeypatch.setattr(auto, "kernel_call", fake_kernel_call)
-    bench = auto._Bench("llvm", time.perf_counter() + 30, 30)
-    bench.best = auto.Candidate([], predicted=1e-3, measured=1e-3)
-    slow = auto.Candidate([], predicted=4e-3, schedule="slow")
+    monkeypatch.setattr(search, "kernel_call", fake_kernel_call)
+    bench = search._Bench("llvm", time.perf_counter() + 30, 30)
+    bench.best = search.Candidate([], predicted=1e-3, measured=1e-3)
+    slow = search.Candidate([], predicted=4e-3, schedule="slow")
     assert bench.time(slow, reserve=0.0)
     assert slow.capped and slow.measured >= 0.05 and calls == ["slow"]
     assert bench.best is not slow
     assert "capped after" in capsys.readouterr().err
-    hopeless = auto.Candidate([], predicted=auto.SKIP_RATIO * 2e-3, schedule="hopeless")
+    hopeless = search.Candidate([], predicted=search.SKIP_RATIO * 2e-3, schedule="hopeless")
     assert not bench.time(hopeless, reserve=0.0)
     assert hopeless.measured is None and calls == ["slow"]
     assert "not timed" in capsys.readouterr().err
-    late = auto.Candidate([], predicted=2e-3, schedule="late")
+    late = search.Candidate([], predicted=2e-3, schedule="late")
     assert not bench.time(late, reserve=29.99)       # 10 ms of the budget left
     assert late.measured is None and calls == ["slow"]
     assert "budget left" in capsys.readouterr().err
@@ -116,7 +116,7 @@ def test_with_nothing_timed_the_best_predicted_candidate_is_the_result(monkeypat
     """A budget too short to time any candidate (here: every call expected to take an
     hour) returns the model's best candidate that lowers, not the declared nest, and
     writes no record to the tuning log (nothing was measured)."""
-    monkeypatch.setattr(auto, "UNCALIBRATED", 3.6e6)
+    monkeypatch.setattr(search, "UNCALIBRATED", 3.6e6)
     _, out = matmul(64)
     log = tmp_path / "t.jsonl"
     s = tl.auto_schedule(out, budget_s=1, seed=0, log=log)

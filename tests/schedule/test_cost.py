@@ -1,4 +1,4 @@
-"""The auto-scheduler's cost model (schedule/cost.py): its isl counts against tl.analyze's
+"""The auto-scheduler's cost model (autoschedule/cost.py): its isl counts against tl.analyze's
 exact ones and against brute-force enumeration, and the rankings it must get right (each
 measured on the host in benchmarks/autoschedule.py; here only the model runs)."""
 
@@ -13,7 +13,7 @@ import pytest
 import tensorlang as tl
 from tensorlang.graph import cpu_schedules as CS
 from tensorlang.ir.stmt import LoopKind
-from tensorlang.schedule import cost, traffic
+from tensorlang.autoschedule import compute, cost, parallel, placed, traffic
 from tests.conftest import set_host_caches
 
 
@@ -186,9 +186,9 @@ def test_a_recurrence_along_the_inner_loop_is_a_latency_chain():
     io, ii = rows[Y].split("i", factor=4)
     rows[Y].reorder(io, "j", ii)
     st = _statements(along)["Y"]
-    assert cost._carried(st, 1) and not cost._carried(st, 0)
+    assert placed.carries_recurrence(st, 1) and not placed.carries_recurrence(st, 0)
     st = _statements(rows)["Y"]
-    assert cost._carried(st, 1) and not cost._carried(st, 2)
+    assert placed.carries_recurrence(st, 1) and not placed.carries_recurrence(st, 2)
     assert cost.estimate(along, "llvm").seconds > 2 * cost.estimate(rows, "llvm").seconds
 
 
@@ -319,14 +319,14 @@ def test_a_wavefronts_launches_and_rounds_are_counted_exactly():
     (st,) = cost.placed_statements(s)
     p = 1
     rep = st.trips[0] * st.trips[1]
-    scale, imbalance, forks, used = cost._exact_rounds(st, p, rep, 2)
+    scale, imbalance, forks, used = parallel._exact_rounds(st, p, rep, 2)
     tiles = [min(d, 30 - d) + 1 for d in range(31)]          # 16 x 16 tiles per diagonal
     assert forks == 31 and used == 2
     assert scale * rep == sum(tiles) == 256
     assert imbalance == sum(-(-t // 2) for t in tiles) * 2 / 256
     square = tl.create_schedule(U)                            # rectangular: nothing to fix
     (st,) = cost.placed_statements(square)
-    assert cost._exact_rounds(st, 0, st.trips[0], 2) is None
+    assert parallel._exact_rounds(st, 0, st.trips[0], 2) is None
 
 
 def test_narrow_wavefront_tiles_overlap_their_rows_chains():
@@ -337,7 +337,7 @@ def test_narrow_wavefront_tiles_overlap_their_rows_chains():
     X, U = _wavefront(1024)
     narrow, wide = _skewed(U, 64, 16), _skewed(U, 64, 128)
     (st,) = cost.placed_statements(narrow)
-    assert cost._chain_ops(st) == 2
+    assert compute._chain_ops(st) == 2
     a, b = (cost.estimate(s, "llvm").seconds for s in (narrow, wide))
     assert b > 1.15 * a
 
@@ -360,7 +360,7 @@ def test_a_fused_loop_outside_the_parallel_loop_keeps_the_chain_in_registers():
         s[Y].parallel(ii)
         return s
     (st,) = cost.placed_statements(sched(True))
-    assert cost._chain_ops(st) == 1
+    assert compute._chain_ops(st) == 1
     fused, plain = (cost.estimate(sched(f), "llvm").seconds for f in (True, False))
     assert fused < 1.1 * plain
 
@@ -613,7 +613,7 @@ def test_a_tiles_tensors_share_the_l1_sets_of_its_rows():
         for t in st.trips:
             iters.append(iters[-1] * t)
         r = st.n - 2 if rows == 1 else 2
-        lost[rows] = traffic._tile_conflicts(st, r, iters, tgt)
+        lost[rows] = traffic.tile_conflicts(st, r, iters, tgt)
     assert lost[1] == lost[4] == 0, lost
     assert 0 < lost[8] < lost[16] < lost[32], lost
     t = {rows: cost.estimate(_copy_tiles(rows, 32), tgt).seconds for rows in (1, 8, 16, 32)}
@@ -630,9 +630,9 @@ def test_a_transposed_read_counts_its_conflicts_apart_from_a_tiles_rows():
     iters = [1]
     for t in st.trips:
         iters.append(iters[-1] * t)
-    alone = traffic._tile_conflicts(st, 2, iters, tgt)
+    alone = traffic.tile_conflicts(st, 2, iters, tgt)
     (plain,) = cost.placed_statements(_copy_tiles(16, 32))
-    assert alone < traffic._tile_conflicts(plain, 2, iters, tgt)
+    assert alone < traffic.tile_conflicts(plain, 2, iters, tgt)
 
 
 def test_a_block_waiting_on_its_chain_overlaps_its_tiles_lost_lines(monkeypatch):
@@ -644,7 +644,7 @@ def test_a_block_waiting_on_its_chain_overlaps_its_tiles_lost_lines(monkeypatch)
     X, U = _wavefront(1024)
     cases = {"wavefront": _skewed(U, 64, 16), "copy": _copy_tiles(16, 32)}
     with_lost = {k: cost.estimate(s, tgt).statements[0] for k, s in cases.items()}
-    monkeypatch.setattr(cost, "_tile_conflicts", lambda *a: 0.0)
+    monkeypatch.setattr(cost, "tile_conflicts", lambda *a: 0.0)
     without = {k: cost.estimate(s, tgt).statements[0] for k, s in cases.items()}
     w, w0 = with_lost["wavefront"], without["wavefront"]
     assert w.compute_s == w0.compute_s and w.memory_s[0] > w0.memory_s[0]
@@ -726,7 +726,7 @@ def test_a_small_local_buffer_of_unrolled_accesses_lives_in_registers():
     16 x 64 tiles the buffer (72 vectors) stays in memory, and is counted."""
     import re
 
-    from tensorlang.schedule.placed import placed_statements
+    from tensorlang.autoschedule.placed import placed_statements
 
     tgt = tl.Target.parse("llvm -mtriple=x86_64-unknown-linux-gnu -mcpu=skylake-avx512")
     small, args = _blur_at_tile(4, 16)
@@ -750,7 +750,7 @@ def test_a_tile_of_varying_rows_up_to_the_bounded_unroll_is_kept_in_registers():
     that bound it is memory."""
     import re
 
-    from tensorlang.schedule.placed import placed_statements
+    from tensorlang.autoschedule.placed import placed_statements
 
     tgt = tl.Target.parse("llvm -mtriple=x86_64-unknown-linux-gnu -mcpu=skylake-avx512")
     six, args = _blur_at_tile(6, 16)
@@ -801,17 +801,17 @@ def test_an_index_select_is_addressing_not_arithmetic():
     piecewise: islpy 2026.2.1 did where 2026.2.2 gave an affine form, and the batched
     matmul's predictions moved 5x with it) is the address's computation, hoisted or
     folded: the arithmetic counts the value's operations only."""
-    from tensorlang.schedule.placed import placed_statements
+    from tensorlang.autoschedule.placed import placed_statements
 
     A = tl.placeholder((64,), "float32", name="A")
     plain = tl.compute((32,), lambda i: A[i] * 2.0 + 1.0, name="B")
     picked = tl.compute((32,), lambda i: A[tl.if_then_else(i > 3, i + 5, i)] * 2.0 + 1.0,
                         name="B")
-    ops = [cost._arith(placed_statements(tl.create_schedule(t))[0].e.stmt.body)[0]
+    ops = [compute._arith(placed_statements(tl.create_schedule(t))[0].e.stmt.body)[0]
            for t in (plain, picked)]
     assert ops[0] == ops[1] == 1
     masked = tl.compute((32,), lambda i: tl.if_then_else(i > 3, A[i] * 2.0, 0.0), name="B")
-    assert cost._arith(placed_statements(tl.create_schedule(masked))[0].e.stmt.body)[0] > 1
+    assert compute._arith(placed_statements(tl.create_schedule(masked))[0].e.stmt.body)[0] > 1
 
 
 def test_a_vector_loop_that_fills_part_of_its_lanes_masks_every_vector():
@@ -931,19 +931,19 @@ def test_a_dependence_far_along_the_block_loop_costs_a_fraction_of_its_chain():
     blocks between overlap the chain (at 4096 columns: measured 0.028 ms, as fast as
     unfused, Zen 5; the chain counted at distance 1 predicted 2.4x). A recurrence one
     iteration apart (an IIR row) keeps it."""
-    from tensorlang.schedule.placed import placed_statements
+    from tensorlang.autoschedule.placed import placed_statements
 
     tgt = "llvm -mtriple=x86_64-unknown-linux-gnu -mcpu=skylake-avx512"
     fused = cost.estimate(_heat(True), tgt).seconds
     plain = cost.estimate(_heat(False), tgt).seconds
     assert fused < 1.3 * plain, (fused, plain)
-    assert cost._carry_distance(placed_statements(_heat(True))[0], 0) == 63
-    assert cost._carry_distance(placed_statements(_heat(True, n=4096))[0], 0) == 255
+    assert placed.carry_distance(placed_statements(_heat(True))[0], 0) == 63
+    assert placed.carry_distance(placed_statements(_heat(True, n=4096))[0], 0) == 255
     X = tl.placeholder((64, 256), "float32", name="X")
     Y = tl.recurrence((64, 256), lambda y, i, j: X[i, j] + tl.if_then_else(
         j >= 1, 0.5 * y[i, j - 1], 0.0), dtype="float32", name="Y")
     st = placed_statements(tl.create_schedule(Y))[0]
-    assert cost._carry_distance(st, 1) == 1
+    assert placed.carry_distance(st, 1) == 1
 
 
 def test_a_fused_loop_walks_the_way_its_steps_go():
@@ -979,7 +979,7 @@ def test_a_parallel_loop_inside_another_runs_serially_and_short_ones_unroll():
     model had kept the inner parallel loop as a loop of its own, 1.6x the time of the
     inlined blur where both measured 0.088 ms (1024^2, Zen 5). No assembly here: the
     inner loop's kind is what the model sees."""
-    from tensorlang.schedule.placed import placed_statements
+    from tensorlang.autoschedule.placed import placed_statements
 
     tgt = tl.Target.parse("llvm -mtriple=x86_64-unknown-linux-gnu -mcpu=skylake-avx512")
     X, bx, by = _blur_program(1024)
@@ -990,7 +990,7 @@ def test_a_parallel_loop_inside_another_runs_serially_and_short_ones_unroll():
     s[bx].parallel("i")
     s[bx].compute_at(s[by], jo)
     st = {x.e.orig: x for x in placed_statements(s)}["bx"]
-    kinds = cost._as_compiled(st, [lp.kind for lp in st.e.loops])
+    kinds = compute.as_compiled(st, [lp.kind for lp in st.e.loops])
     assert [lp.kind for lp in st.e.loops].count(LoopKind.PARALLEL) == 2
     assert kinds.count(LoopKind.PARALLEL) == 1 and kinds[0] is LoopKind.PARALLEL
     rep = {c.name: c for c in cost.estimate(s, tgt).statements}
@@ -1010,7 +1010,7 @@ def test_a_loop_whose_bounds_divide_is_not_unrolled_whole():
     5, where the model, taking the buffer for registers, had it at 0.108). A tile clipped
     by a `min` keeps its buffer in registers
     (test_a_tile_of_varying_rows_up_to_the_bounded_unroll_is_kept_in_registers)."""
-    from tensorlang.schedule.placed import placed_statements
+    from tensorlang.autoschedule.placed import placed_statements
 
     tgt = tl.Target.parse("llvm -mtriple=x86_64-unknown-linux-gnu -mcpu=skylake-avx512")
     X, bx, by = _blur_program(1024)
@@ -1108,6 +1108,6 @@ def _loop_nest_sets(draw):
 @given(_loop_nest_sets())
 @settings(max_examples=150, deadline=None)
 def test_a_loop_nests_count_summed_by_its_innermost_runs_is_isls_count(s):
-    from tensorlang.schedule.placed import _points, _val
+    from tensorlang.autoschedule.placed import _points, int_value
 
-    assert _points(s) == _val(s.count_val())
+    assert _points(s) == int_value(s.count_val())

@@ -1,5 +1,5 @@
 """The tuning log as a cache, and measurements that know when they were disturbed (issue 40,
-items 6, 9 and 10; schedule/tuning_log.py, schedule/auto.py).
+items 6, 9 and 10; autoschedule/tuning_log.py, autoschedule/search.py).
 
 Every malformed line (not UTF-8, not JSON, nested too deeply, wrong field types, a time
 that is not a finite positive number) is skipped and the valid record still used; a record
@@ -19,7 +19,7 @@ import pytest
 import tensorlang as tl
 import tensorlang.graph as G
 from tensorlang.graph import executor as E
-from tensorlang.schedule import auto, tuning_log
+from tensorlang.autoschedule import search, tuning_log
 
 
 def row_sum(m=16, n=16):
@@ -88,13 +88,13 @@ def _bad_lines(key: str) -> dict[str, bytes]:
 def no_search(monkeypatch):
     def searched(*a, **k):
         raise AssertionError("searched instead of using the record")
-    monkeypatch.setattr(auto, "sample", searched)
+    monkeypatch.setattr(search, "sample", searched)
 
 
 @pytest.mark.parametrize("kind", list(_bad_lines("k")))
 def test_a_malformed_line_is_skipped_and_the_valid_record_used(kind, tmp_path, no_search):
     X, Y = row_sum()
-    key = auto.program_key([Y], "llvm")
+    key = search.program_key([Y], "llvm")
     log = tmp_path / "t.jsonl"
     log.write_bytes(_bad_lines(key)[kind] + _line(_record(key)) + _bad_lines(key)[kind])
     assert [r["trace"] for r in tuning_log.read_log(log)] == [GOOD_TRACE]
@@ -127,7 +127,7 @@ def test_a_record_that_does_not_replay_falls_to_the_next_best(tmp_path, no_searc
     primitive are passed over (TL_DEBUG=1 names each); the valid record is used."""
     monkeypatch.setenv("TL_DEBUG", "1")
     X, Y = row_sum()
-    key = auto.program_key([Y], "llvm")
+    key = search.program_key([Y], "llvm")
     broken = [[["Y", ["split", ["nope"], {"factor": 4}]]],
               [["Y", ["split", ["i"], {"factor": "four"}]]],
               [["Y", ["no_such_primitive", ["i"], {}]]],
@@ -135,7 +135,7 @@ def test_a_record_that_does_not_replay_falls_to_the_next_best(tmp_path, no_searc
     log = tmp_path / "t.jsonl"
     log.write_bytes(b"".join(_line(_record(key, 1e-6 * (k + 1), t))
                              for k, t in enumerate(broken)) + _line(_record(key)))
-    s = auto.recorded(Y, "llvm", log)
+    s = search.recorded(Y, "llvm", log)
     assert s is not None and s.trace_text() == 's["Y"].split("i", factor=4)'
     assert capsys.readouterr().err.count("does not replay") == len(broken)
 
@@ -145,7 +145,7 @@ def test_auto_schedule_with_only_malformed_lines_searches_and_records(tmp_path, 
     machine, and then nothing is measured or recorded.)"""
     X, Y = row_sum()
     _fake_kernels(monkeypatch, lambda k, calls: False)
-    key = auto.program_key([Y], "llvm")
+    key = search.program_key([Y], "llvm")
     log = tmp_path / "t.jsonl"
     unreplayable = [["Y", ["no_such_primitive", [], {}]]]
     bad = b"".join(_bad_lines(key).values()) + _line(_record(key, trace=unreplayable))
@@ -175,15 +175,15 @@ def _refuse(monkeypatch, path, modes: str):
 def _note_order(monkeypatch) -> list[str]:
     """"warn" and "sample", in the order the search gives the warning and samples."""
     order: list[str] = []
-    sample, warn = auto.sample, auto.warn_unwritable
+    sample, warn = search.sample, search.warn_unwritable
 
     def noted(name, fn):
         def call(*a, **k):
             order.append(name)
             return fn(*a, **k)
         return call
-    monkeypatch.setattr(auto, "sample", noted("sample", sample))
-    monkeypatch.setattr(auto, "warn_unwritable", noted("warn", warn))
+    monkeypatch.setattr(search, "sample", noted("sample", sample))
+    monkeypatch.setattr(search, "warn_unwritable", noted("warn", warn))
     return order
 
 
@@ -225,7 +225,7 @@ def test_a_new_log_in_a_read_only_folder_warns_before_the_search(tmp_path, monke
 def test_a_write_refused_after_the_search_still_returns_the_result(tmp_path, monkeypatch):
     X, Y = row_sum()
     log = tmp_path / "t.jsonl"
-    monkeypatch.setattr(auto, "log_problem", lambda path: None)      # it was writable
+    monkeypatch.setattr(search, "log_problem", lambda path: None)      # it was writable
     _refuse(monkeypatch, log, "a")
     _fake_kernels(monkeypatch, lambda k, calls: False)          # (measured whatever the load)
     with pytest.warns(tl.TuningLogWarning, match="result is returned but not recorded"):
@@ -236,7 +236,7 @@ def test_a_write_refused_after_the_search_still_returns_the_result(tmp_path, mon
 def test_an_unreadable_log_warns_and_searches(tmp_path, monkeypatch):
     X, Y = row_sum()
     log = tmp_path / "t.jsonl"
-    log.write_bytes(_line(_record(auto.program_key([Y], "llvm"))))
+    log.write_bytes(_line(_record(search.program_key([Y], "llvm"))))
     _refuse(monkeypatch, log, "r")
     with pytest.warns(tl.TuningLogWarning, match="cannot read the tuning log"):
         s = tl.auto_schedule(Y, budget_s=0.5, log=log)
@@ -262,7 +262,7 @@ def test_the_executor_runs_with_a_corrupted_log(schedules, tmp_path, monkeypatch
     y = G.sum(x, axis=0)
     assert E._work((1024,), ((1024, 1024),)) >= E.MODEL_MIN_WORK
     ((_, s),) = E.default_schedules([y], schedules="hand")
-    key = auto.program_key([s.outputs[0]], "llvm")
+    key = search.program_key([s.outputs[0]], "llvm")
     lines = b"".join(_bad_lines(key).values())
     log.write_bytes(lines + _line(_record(key, 1e-9, [["red", ["no_such", [], {}]]])))
     xv = np.random.default_rng(3).standard_normal((1024, 1024)).astype("float32")
@@ -293,12 +293,12 @@ def test_a_disturbed_candidate_is_timed_again_and_wins(monkeypatch, capsys):
             _spin(2e-4 * (100 if calls[0] <= 3 else 1))
         return run
 
-    monkeypatch.setattr(auto, "kernel_call", fake_kernel_call)
+    monkeypatch.setattr(search, "kernel_call", fake_kernel_call)
     for retimes, wins in ((1, True), (0, False)):
-        monkeypatch.setattr(auto, "RETIMES", retimes)
-        bench = auto._Bench("llvm", time.perf_counter() + 30, 30)
-        slow = bench.best = auto.Candidate([], predicted=1e-3, measured=1e-3)
-        fast = auto.Candidate([], predicted=2e-4, schedule="fast")
+        monkeypatch.setattr(search, "RETIMES", retimes)
+        bench = search._Bench("llvm", time.perf_counter() + 30, 30)
+        slow = bench.best = search.Candidate([], predicted=1e-3, measured=1e-3)
+        fast = search.Candidate([], predicted=2e-4, schedule="fast")
         assert bench.time(fast, reserve=0.0)
         assert (bench.best is fast) == wins and fast.capped != wins
         if wins:
@@ -318,7 +318,7 @@ def _fake_kernels(monkeypatch, disturbed):
     built = []
 
     def fake_kernel_call(s, target, shared, lowered=None):
-        k, d = len(built), 2e-5 + auto.predict(s, target)
+        k, d = len(built), 2e-5 + search.predict(s, target)
         built.append(d)
         calls = [0]
 
@@ -326,7 +326,7 @@ def _fake_kernels(monkeypatch, disturbed):
             calls[0] += 1
             _spin(d + (TICK if disturbed(k, calls[0]) else 0.0))
         return run
-    monkeypatch.setattr(auto, "kernel_call", fake_kernel_call)
+    monkeypatch.setattr(search, "kernel_call", fake_kernel_call)
     return built
 
 
@@ -335,8 +335,8 @@ def _seeds_only(monkeypatch, C):
     first in this order; no sampling nor refinement (their isl work can take the whole
     budget on a busy machine), so the candidates are the seeds and the mutants of the
     fastest."""
-    monkeypatch.setattr(auto, "_sample_into", lambda *a, **k: None)
-    monkeypatch.setattr(auto, "_refine", lambda *a, **k: None)
+    monkeypatch.setattr(search, "_sample_into", lambda *a, **k: None)
+    monkeypatch.setattr(search, "_refine", lambda *a, **k: None)
     slow, vectors = tl.create_schedule(C), tl.create_schedule(C)
     slow[C].split(C.op.axis[0], factor=2)
     jo, ji = vectors[C].split(C.op.axis[1], factor=16)
@@ -383,16 +383,16 @@ def test_a_result_beaten_only_by_disturbed_candidates_is_not_recorded(tmp_path, 
 
 
 def test_an_implausible_time_is_not_recorded():
-    bench = auto._Bench("llvm", time.perf_counter() + 30, 30)
-    best = auto.Candidate([], predicted=1e-3, measured=1e-3)
-    other = auto.Candidate([], predicted=5e-4, measured=1e-3)
+    bench = search._Bench("llvm", time.perf_counter() + 30, 30)
+    best = search.Candidate([], predicted=1e-3, measured=1e-3)
+    other = search.Candidate([], predicted=5e-4, measured=1e-3)
     bench.best = best
-    res = auto.AutoResult("k", "llvm", [best, other], best)
-    assert auto._doubt(res, bench) is None              # slower than expected, not 8x
+    res = search.AutoResult("k", "llvm", [best, other], best)
+    assert search._doubt(res, bench) is None              # slower than expected, not 8x
     other.disturbed = True
-    assert "disturbance" in auto._doubt(res, bench)
+    assert "disturbance" in search._doubt(res, bench)
     other.predicted = 2e-3                              # predicted slower: no threat
-    assert auto._doubt(res, bench) is None
+    assert search._doubt(res, bench) is None
     for t in (float("nan"), float("inf"), 0.0, -1e-3):
         best.measured = t
-        assert "not a finite positive number" in auto._doubt(res, bench)
+        assert "not a finite positive number" in search._doubt(res, bench)

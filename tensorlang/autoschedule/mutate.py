@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 
-from .schedule import Call, TraceEntry
+from ..schedule.schedule import Call, TraceEntry
 
 PLACEMENTS = ("compute_at", "compute_inline", "compute_root", "cache_write", "cache_read",
               "pack", "rfactor")

@@ -37,24 +37,21 @@ with a default log.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import random
 import time
-from dataclasses import dataclass, field
-
-import numpy as np
 
 from ..config import check_budget, debug_print, tune_budget, tune_log
 from ..errors import ScheduleError, TensorlangError
-from .measure import (TIME_MIN_S, kernel_call, measure, measure_many,  # noqa: F401
-                      time_in_turn)                         # (auto.measure_many: API)
-from .sample import (_channel_axis, _lowered, _lowers, _outputs,  # noqa: F401
-                     _target, sample)       # (auto.sample, auto._lowers: used outside)
-from .mutate import FACTORS, PLACEMENTS, mutate as _mutate, sketch as _sketch  # noqa: F401
-from .schedule import Schedule, TraceEntry, create_schedule
-from .tuning_log import (append_record, best_record, log_problem,  # noqa: F401
-                         ranked_records, warn_unwritable)           # (auto.best_record: API)
+# (the names marked F401 are used through this module by the tests and the benchmarks)
+from ..schedule.schedule import Schedule, TraceEntry, create_schedule  # noqa: F401
+from .cost import estimate
+from .measure import TIME_MIN_S, kernel_call, measure_many, time_in_turn  # noqa: F401
+from .mutate import mutate as _mutate, sketch as _sketch
+from .records import (AutoResult, Candidate, program_key, recorded,  # noqa: F401
+                      replay_trace)
+from .sample import as_outputs, as_target, lower_candidate, lowers, sample  # noqa: F401
+from .tuning_log import append_record, log_problem, warn_unwritable
 
 MEASURE_TOP = 8          # candidates built and timed on the host, best predicted first
 SAMPLES = 48             # candidates sampled per search (fewer when the budget runs out)
@@ -72,109 +69,12 @@ MODEL_REFINES = 8
 MODEL_MARGIN = 1.25
 
 
-@dataclass
-class Candidate:
-    trace: list[TraceEntry]
-    predicted: float                     # seconds, the model's
-    measured: float | None = None        # seconds, on the host
-    # the trace replayed, kept during the search so that it is replayed (isl-checked) once
-    schedule: Schedule | None = field(default=None, compare=False, repr=False)
-    refined: bool = False                # made by `_refine` (the model's own local search)
-    # timing cut short after its first call or calls, each over CAP_RATIO times the
-    # fastest measured at the time (`_Bench.time`): `measured` is its fastest call
-    capped: bool = False
-    # measured over OUTLIER_RATIO times what the model expects of it, calibrated on the
-    # fastest, in every timing (`_Bench.suspect`): a disturbed measurement, or the model's
-    # error, which no clock here tells apart
-    disturbed: bool = False
-
-    @property
-    def text(self) -> str:
-        return "\n".join(str(t) for t in self.trace)
-
-
-@dataclass
-class AutoResult:
-    key: str
-    target: str
-    candidates: list[Candidate] = field(default_factory=list)
-    best: Candidate | None = None
-    from_log: bool = False
-    # why the result was not recorded in the tuning log although measured (`_doubt`)
-    doubt: str | None = None
-
-    @property
-    def spearman(self) -> float | None:
-        """Rank correlation of predicted and measured times over the measured candidates."""
-        pairs = [(c.predicted, c.measured) for c in self.candidates if c.measured is not None]
-        if len(pairs) < 3:
-            return None
-        p, m = (np.argsort(np.argsort(np.array(x))) for x in zip(*pairs))
-        if p.std() == 0 or m.std() == 0:
-            return None
-        return float(np.corrcoef(p, m)[0, 1])
-
-
-def program_key(outputs, target) -> str:
-    """The tuning log's key: a hash of the default loop nest (names, shapes, bodies) and
-    the target."""
-    from .lower import lower
-
-    outs = _outputs(outputs)
-    s = create_schedule(outs)
-    text = str(lower(s, [*s.placeholders, *outs]))
-    return hashlib.sha1(f"{text}|{_target(target)}".encode()).hexdigest()[:20]
-
-
 def predict(s: Schedule, target) -> float:
     """Seconds the schedule should take on `target`: the analytic model of cost.py
     (instructions per register block, traffic per cache level from isl's footprints,
     the cores its parallel loop occupies)."""
-    from .cost import estimate
+    return estimate(s, as_target(target)).seconds
 
-    return estimate(s, _target(target)).seconds
-
-
-def replay_trace(outputs, trace: list[TraceEntry]) -> Schedule:
-    s = create_schedule(_outputs(outputs))
-    return s.replay(s, trace)
-
-
-def recorded(outputs, target, log, model: bool = False, key: str | None = None):
-    """The tuning log's schedule for `outputs` on `target`, replayed (its `auto` a result
-    from the log), or None: the fastest measured record, else with `model` the model-only
-    mode's latest choice (a record without a time), so that it searches once per program
-    and target. Malformed lines are skipped (`tuning_log.read_log`); a record that does
-    not replay (another version's primitives, a hand edit) is passed over for the next
-    best, and TL_DEBUG=1 says so: nothing in the log stops a run."""
-    if log is None:
-        return None
-    outs, tgt = _outputs(outputs), _target(target)
-    key = key or program_key(outs, tgt)
-    for rec in ranked_records(log, key, model=model):
-        trace = [TraceEntry.from_json(x) for x in rec["trace"]]     # well-formed: checked
-        try:
-            s = replay_trace(outs, trace)
-            # each primitive adds its entry as it applies; a method that is not one
-            # (`replay`, `stage`) adds none, and its record is not this schedule's
-            if [(t.stage, t.call.prim) for t in s.trace] != \
-                    [(t.stage, t.call.prim) for t in trace]:
-                raise TensorlangError(f"its {len(trace)} entries replay as "
-                                      f"{len(s.trace)} primitives: an entry that is not one")
-        except Exception as e:  # noqa: BLE001 (the record is data from outside the process:
-            # a primitive given arguments of a type it never expects may raise anything,
-            # and a cache must not end a run; the next record, or a search, follows)
-            debug_print(1, f"auto_schedule: the record of {key} in {log} does not replay "
-                           f"({type(e).__name__}: {e}); trying the next, else searching")
-            continue
-        result = AutoResult(key, str(tgt), from_log=True)
-        result.best = Candidate(list(s.trace), rec.get("predicted") or 0.0, rec["time"])
-        result.candidates = [result.best]
-        debug_print(1, f"auto_schedule: {'measured' if rec['time'] else 'model'} record "
-                       f"{key} from {log}")
-        s.auto = result
-        return s
-    return None
 
 
 # ------------------------------------------------------------------------------ search
@@ -205,8 +105,8 @@ def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=Non
         budget_s = tune_budget(30.0)
     else:
         budget_s = check_budget(budget_s, "auto_schedule: budget_s")
-    outs = _outputs(outputs)
-    tgt = _target(target)
+    outs = as_outputs(outputs)
+    tgt = as_target(target)
     for t in outs:
         if any(not hasattr(x, "value") for x in t.shape):
             raise NotImplementedError(f"auto_schedule: {t.name} has symbolic sizes; the "
@@ -533,7 +433,7 @@ def _lowers_once(c: Candidate, bench: _Bench) -> bool:
     nest of one that does is kept for its build."""
     if id(c) in bench.lowers:
         return True
-    lowered = None if c.schedule is None else _lowered(c.schedule, "auto")
+    lowered = None if c.schedule is None else lower_candidate(c.schedule, "auto")
     if lowered is None:
         c.schedule = None
         return False

@@ -12,7 +12,7 @@ meets them, writing into preallocated outputs with `run(..., out=)`), tensorlang
 same executor returning a new output array each call, `run(feed)`: its memory from the
 executor's array cache, as torch's from its caching allocator), numpy, torch, TVM and
 Halide. TVM and Halide run the matmul, the elementwise kernel, softmax and conv2d with the
-schedules in bench_peers.py (the structure their tutorials and apps teach: packed, register
+schedules in peers.py (the structure their tutorials and apps teach: packed, register
 -blocked matmuls; rfactored row reductions computed per row; conv2d: TVM's conv2d_NCHWc
 with its x86 schedule, Halide's apps/conv_layer schedule), into preallocated outputs;
 numpy and torch allocate their results as their users do. A peer that is not installed
@@ -29,7 +29,8 @@ multiply-adds on the widest vector registers, one per core) and the stream bandw
 copies and adds in every core); each kernel is also stated as a fraction of the one that bounds it.
 
 Usage: tensorlang bench OUT_DIR [--quick] [--rounds 3] [--kernels matmul,softmax,...]
-       python -m tensorlang.bench --worker KERNEL SYSTEM [--quick]   (one measurement, JSON)
+       python -m tensorlang.benchmarking.bench --worker KERNEL SYSTEM [--quick]   (one
+       measurement, JSON)
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ import sys
 import time
 
 import numpy as np
+
+# the folder that holds the tensorlang package (a checkout's root, beside benchmarks/)
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _aligned(a: np.ndarray) -> np.ndarray:
@@ -332,8 +336,7 @@ class MlpStep(Kernel):
     def setup(self, system, quick):
         import importlib.util
 
-        here = os.path.dirname(os.path.abspath(__file__))
-        path = os.path.join(os.path.dirname(here), "benchmarks", "graph_mlp.py")
+        path = os.path.join(_ROOT, "benchmarks", "graph_mlp.py")
         if not os.path.exists(path):
             raise NotImplementedError("benchmarks/graph_mlp.py is not next to the package")
         spec = importlib.util.spec_from_file_location("graph_mlp", path)
@@ -378,12 +381,12 @@ def _then(fetch, check):
 
 
 def _peer(kernel: str, system: str, *arrays, check):
-    """(fn, check) of TVM's or Halide's version of a kernel (bench_peers.py)."""
+    """(fn, check) of TVM's or Halide's version of a kernel (peers.py)."""
     if __package__:
-        from . import bench_peers
-    else:               # this file run by another interpreter (--peer-python)
-        import bench_peers
-    fn, fetch = getattr(bench_peers, f"{system}_{kernel}")(*arrays)
+        from . import peers
+    else:               # this file run as a script by another interpreter (--peer-python):
+        import peers    # its folder is first on sys.path
+    fn, fetch = getattr(peers, f"{system}_{kernel}")(*arrays)
     return fn, _then(fetch, check)
 
 
@@ -397,7 +400,7 @@ def peak_flops(seconds: float = 0.3) -> tuple[float, int]:
 
     import llvmlite.binding as llvm
 
-    from .target import Target
+    from ..target import Target
 
     host = Target.parse("llvm")
     lanes = host.vector_lanes("float32")
@@ -431,8 +434,8 @@ exit:
   ret float %r
 }}
 """
-    from .backends.llvm.jit import parse_and_optimise
-    from .backends.llvm.target import new_target_machine, target_machine
+    from ..backends.llvm.jit import parse_and_optimise
+    from ..backends.llvm.target import new_target_machine, target_machine
 
     mod = parse_and_optimise(ir_text, target_machine(host))
     engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine(host))
@@ -508,13 +511,12 @@ def _absent(module: str) -> bool:
 def _run_worker(kernel, system, quick, python, timeout) -> dict:
     # another interpreter (--peer-python) runs this file itself: tensorlang's own
     # dependencies need not be installed there
-    entry = ["-m", "tensorlang.bench"] if python == sys.executable else \
+    entry = ["-m", "tensorlang.benchmarking.bench"] if python == sys.executable else \
         [os.path.abspath(__file__)]
     cmd = [python, *entry, "--worker", kernel, system] + (["--quick"] if quick else [])
     env = dict(os.environ)
     env.setdefault("TVM_NUM_THREADS", str(_threads()))
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = here + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = _ROOT + os.pathsep + env.get("PYTHONPATH", "")
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
@@ -575,7 +577,7 @@ def run(out_dir: str, quick: bool = False, rounds: int = 3, kernels=None,
 
 
 def _table(names, quick, results, notes, flops, bw, bits) -> str:
-    from .target import Target
+    from ..target import Target
 
     t = Target.parse("llvm")
     lines = [f"# tensorlang bench ({time.strftime('%Y-%m-%d')})", "",

@@ -2,7 +2,7 @@
 and from DRAM per call — per cache level, the outermost loop whose footprint fits it, with
 reuse across the loops that do not index a tensor (isl's footprints and trip counts, from
 `placed`); which reads find what an earlier statement of the same loop iteration touched
-(`_resident`); and the lines a tile loses to an L1 set's conflicts."""
+(`resident_reads`); and the lines a tile loses to an L1 set's conflicts."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import functools
 
 import islpy as isl
 
-from .placed import _box, _moving, _Stmt
+from .placed import PlacedStatement, bounding_box, box_size, moving_dims
 
 LINE_BYTES = 64
 FILL = 0.75               # the share of a cache a footprint may take and stay resident
 ARRAY_OFFSET = 16         # an array's first byte past a line's (numpy's large arrays: 16)
 EXCESS_FULL = 3.0         # a set this many times over its ways loses all the lines a tile
-                          # shares with the next (`_tile_conflicts`)
+                          # shares with the next (`tile_conflicts`)
 
 
 def _bytes(box: list[int], itemsize: int) -> int:
@@ -29,14 +29,7 @@ def _bytes(box: list[int], itemsize: int) -> int:
     return n * itemsize
 
 
-def _count(box: list[int]) -> int:
-    n = 1
-    for x in box:
-        n *= x
-    return n
-
-
-def _resident(stmts: list[_Stmt], tgt) -> list[dict[str, int]]:
+def resident_reads(stmts: list[PlacedStatement], tgt) -> list[dict[str, int]]:
     """Per statement, {tensor: c}: the tensors it reads whose elements, in each iteration
     of the loops it shares with statements before it, those statements already touched
     (isl: its map from the shared loops' values to elements is a subset of theirs), with
@@ -47,7 +40,7 @@ def _resident(stmts: list[_Stmt], tgt) -> list[dict[str, int]]:
     order = sorted(range(len(stmts)), key=lambda k: stmts[k].e.padded(depth))
     out: list[dict[str, int]] = [{} for _ in stmts]
 
-    def touched(st: _Stmt, m: isl.Map, k: int) -> isl.Map:
+    def touched(st: PlacedStatement, m: isl.Map, k: int) -> isl.Map:
         return st.prefix[k - 1].reverse().apply_range(m)    # shared loop values -> elements
 
     for pos, b in enumerate(order):
@@ -76,7 +69,7 @@ def _resident(stmts: list[_Stmt], tgt) -> list[dict[str, int]]:
     return out
 
 
-def _set_conflict_lines(st: _Stmt, r: int, iters: list[int], tgt) -> float:
+def set_conflict_lines(st: PlacedStatement, r: int, iters: list[int], tgt) -> float:
     """Lines that one iteration of loop r-1 (a tile: one run of loop r) shares with the next
     and loses to the conflicts of an L1 set. A tile whose rows lie a multiple of the L1's
     size / ways apart (4 KiB: 1024 floats) puts one line of each row in the same set; with
@@ -89,7 +82,7 @@ def _set_conflict_lines(st: _Stmt, r: int, iters: list[int], tgt) -> float:
     size (else the traffic counts its lines). This replaces a "column walk" term that
     charged any tile of 8 or more rows. Now only for accesses that walk across memory (a
     transposed read, each tensor on its own, a line an element); the rows read or written
-    along memory are `_tile_conflicts`', all tensors together."""
+    along memory are `tile_conflicts`', all tensors together."""
     ways = tgt.l1_ways
     sets = max(1, tgt.cache_bytes[0] // ways // LINE_BYTES)
     glob = [(m, size, stride) for (_, _, local, m, size), stride in
@@ -97,7 +90,7 @@ def _set_conflict_lines(st: _Stmt, r: int, iters: list[int], tgt) -> float:
     if r < 1 or not glob:
         return 0.0
     feet = [st.footprint(m, r - 1) for m, _, _ in glob]
-    # (the accesses along memory count in `_tile_conflicts`; their footprint still fills
+    # (the accesses along memory count in `tile_conflicts`; their footprint still fills
     # the L1 here)
     fills = sum(_bytes(b, size) for b, (_, size, _) in zip(feet, glob))
     keep = [k for k, (m, size, stride) in enumerate(glob) if not _along_memory(st, m, size, stride)]
@@ -106,7 +99,7 @@ def _set_conflict_lines(st: _Stmt, r: int, iters: list[int], tgt) -> float:
         return 0.0
     lost = 0.0
     for box, (_, size, stride) in zip(feet, glob):
-        if len(box) != len(stride) or _count(box[:-1]) <= ways or _count(box[:-1]) > 1 << 12:
+        if len(box) != len(stride) or box_size(box[:-1]) <= ways or box_size(box[:-1]) > 1 << 12:
             continue
         count = [0] * sets
         edges = _row_lines(box, size, stride, count)
@@ -135,14 +128,14 @@ def _row_lines(box: list[int], size: int, stride, count: list[int]) -> list[set[
     return edges
 
 
-def _along_memory(st: _Stmt, m: isl.Map, size: int, stride) -> bool:
+def _along_memory(st: PlacedStatement, m: isl.Map, size: int, stride) -> bool:
     """Whether the innermost loop moves the access along memory (unit stride) or not at
     all."""
-    moving = _moving(st, m)
+    moving = moving_dims(st, m)
     return not moving or not stride or stride[moving[-1]] == size
 
 
-def _tile_conflicts(st: _Stmt, r: int, iters: list[int], tgt) -> float:
+def tile_conflicts(st: PlacedStatement, r: int, iters: list[int], tgt) -> float:
     """The L1 set conflicts of a tile of rows, all tensors together, in lines weighted by how
     far over its ways a set is (in units of a line fetched again). The tile is one iteration
     of the innermost loop (at most the register block's, r) that moves along the rows'
@@ -158,7 +151,7 @@ def _tile_conflicts(st: _Stmt, r: int, iters: list[int], tgt) -> float:
     at 16; the blur's second pass in 16 x 128 tiles (18 + 16 rows) 1.18x its 8 x 256 tiles.
     (Linear in the excess ranked the IIR filter's 8- and 12-row tiles too low:
     RESULTS-autoschedule.md.) The accesses across memory (a transposed read)
-    count in `_set_conflict_lines`."""
+    count in `set_conflict_lines`."""
     ways = tgt.l1_ways
     sets = max(1, tgt.cache_bytes[0] // ways // LINE_BYTES)
     acc = [(name, m, size, stride) for (name, _, local, m, size), stride in
@@ -178,19 +171,19 @@ def _tile_conflicts(st: _Stmt, r: int, iters: list[int], tgt) -> float:
     for name, m, size, stride in acc:
         t = st.touched(m, tile)
         touched[name] = (touched[name][0].union(t) if name in touched else t, size, stride)
-    feet = [(_box(t), size, stride) for t, size, stride in touched.values()]
+    feet = [(bounding_box(t), size, stride) for t, size, stride in touched.values()]
     if sum(_bytes(b, size) for b, size, _ in feet) > tgt.cache_bytes[0] * FILL:
         return 0.0                 # the traffic counts its lines
     count = [0] * sets
     edges = [e for box, size, stride in feet
-             if len(box) == len(stride) and _count(box) and _count(box[:-1]) <= 1 << 12
+             if len(box) == len(stride) and box_size(box) and box_size(box[:-1]) <= 1 << 12
              for e in _row_lines(box, size, stride, count)]
     lost = sum(min(1.0, max(0.0, (count[k] / ways - 1) / (EXCESS_FULL - 1))) ** 2
                for e in edges for k in e)
     return lost * iters[tile + 1]
 
 
-def _traffic(st: _Stmt, tgt, resident: dict[str, int]) -> list[int]:
+def traffic_bytes(st: PlacedStatement, tgt, resident: dict[str, int]) -> list[int]:
     """Bytes loaded into L1 (from L2), into L2 (from L3) and from DRAM (see the module):
     per cache, the outermost loop whose body's footprint fits it; per tensor, moved outward
     over the loops that do not index it. Data that fits the last level stays there between
@@ -222,7 +215,7 @@ def _traffic(st: _Stmt, tgt, resident: dict[str, int]) -> list[int]:
         moved = 0
         for f, (write, _, size), name, unit in zip(feet, glob, names, along):
             if not write and resident.get(name, 3) <= c:
-                continue                       # already in this level (`_resident`)
+                continue                       # already in this level (`resident_reads`)
             d = dstar
             while d >= 0 and f[d] == f[d + 1]:
                 d -= 1                         # loop d does not index the tensor: reused

@@ -12,7 +12,10 @@ import time
 
 import numpy as np
 
-from ..config import debug_print
+from ..backends.llvm import compile_kernel
+from ..config import debug_print, timed
+from .. import driver
+from ..target import Target
 
 TIME_MIN_S = 0.02        # a candidate is timed in batches of calls at least this long
 # a function whose slowest round took this many times its fastest was disturbed in one:
@@ -43,25 +46,18 @@ def kernel_call(s, target, shared: dict, lowered=None):
     """The schedule's kernel, built, as a function of no arguments that runs it once on
     random inputs: those of `shared` (a dict the caller keeps across schedules of one
     program, filled here), so that every candidate runs on the same arrays. `lowered`:
-    the schedule's loop nest when the caller has lowered it already (`sample._lowered`,
+    the schedule's loop nest when the caller has lowered it already (`sample.lower_candidate`,
     its function named "auto"), compiled without lowering it again (isl's code
     generation is a third of a matmul candidate's build)."""
-    from ..driver import build
-
     args = [*s.placeholders, *s.outputs]
     if lowered is None:
-        mod = build(s, args, target=target, name="auto")
+        mod = driver.build(s, args, target=target, name="auto")
     else:
-        from ..backends.llvm import compile_kernel
-        from ..config import timed
-        from ..driver import Module
-        from ..target import Target
-
         tgt = Target.parse(target)
         with timed("build"):
             kernel = compile_kernel("auto", lowered.buffers, lowered.params, lowered.body,
                                     tgt)
-        mod = Module(lowered, kernel, tgt)
+        mod = driver.Module(lowered, kernel, tgt)
     key = tuple((tuple(int(x.value) for x in t.shape), str(t.dtype)) for t in args)
     if key not in shared:
         rng = np.random.default_rng(0)

@@ -10,7 +10,7 @@ vector partials; a recurrence carried along both of its last axes as a wavefront
 other stage tiled with its last axis in vectors, an inner tile unrolled, the outer loops
 fused and parallel. Each primitive is checked exactly by isl as it is applied; one that is
 refused is left out of the trace (`_try`), so every candidate is legal. `sample` makes one
-candidate; `_lowers` says whether the code generator takes it.
+candidate; `lowers` says whether the code generator takes it.
 """
 
 from __future__ import annotations
@@ -22,19 +22,20 @@ import islpy as isl
 from ..config import debug_print
 from ..errors import ScheduleError, TensorlangError
 from ..ir.stmt import LoopKind
-from .schedule import Schedule, create_schedule
+from ..schedule.schedule import Schedule, create_schedule
+from ..target import Target
 
 
-def _outputs(outputs) -> list:
+def as_outputs(outputs) -> list:
+    """The outputs of an auto-scheduler call as a non-empty list (one tensor or several)."""
     outs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
     if not outs:
         raise TensorlangError("auto_schedule: expected at least one output tensor")
     return outs
 
 
-def _target(target):
-    from ..target import Target
-
+def as_target(target) -> Target:
+    """`target` as a `tl.Target` (a target string parsed)."""
     return Target.parse(target) if not isinstance(target, Target) else target
 
 
@@ -96,8 +97,8 @@ def _inline_odds(s: Schedule, st) -> float:
 
 def sample(outputs, target, rng: random.Random) -> Schedule:
     """One candidate schedule (see the module), every primitive checked as applied."""
-    outs = _outputs(outputs)
-    tgt = _target(target)
+    outs = as_outputs(outputs)
+    tgt = as_target(target)
     s = create_schedule(outs)
     lanes = tgt.vector_lanes(str(outs[0].dtype))
     for st in list(s.stages):                       # producers: inline, or placed later
@@ -156,16 +157,16 @@ def sample(outputs, target, rng: random.Random) -> Schedule:
     return s
 
 
-def _lowers(s: Schedule) -> bool:
+def lowers(s: Schedule) -> bool:
     """Whether the candidate lowers to a loop nest (a few legal combinations are not
     implemented by the code generator; they are dropped, never measured)."""
-    return _lowered(s) is not None
+    return lower_candidate(s) is not None
 
 
-def _lowered(s: Schedule, name: str = "main"):
+def lower_candidate(s: Schedule, name: str = "main"):
     """The candidate's loop nest (`lower`'s LoweredFunc, its function called `name`), or
     None where the code generator does not implement it (TL_DEBUG=2 says why)."""
-    from .lower import lower
+    from ..schedule.lower import lower
 
     try:
         return lower(s, [*s.placeholders, *s.outputs], name)

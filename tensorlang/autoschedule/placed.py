@@ -12,9 +12,17 @@ import math
 
 import islpy as isl
 
+from ..ir.expr import Const
 from ..polyhedral.placement import loop_prefix
 
-def _val(v) -> int:
+# the extent, in elements, that a symbolic dimension (a size bound at call time) counts as
+# in the strides of the dimensions before it
+SYMBOLIC_EXTENT = 64
+
+
+def int_value(v: isl.Val) -> int:
+    """An isl value as a Python int; 0 when it is not an integer (infinite, NaN,
+    rational)."""
     return int(v.to_python()) if v.is_int() else 0
 
 
@@ -29,12 +37,12 @@ def _points(s: isl.Set) -> int:
         return 0
     n = s.dim(isl.dim_type.set)
     if n <= 1:
-        return _val(s.count_val())
+        return int_value(s.count_val())
     total = 0
     for b in s.make_disjoint().get_basic_sets():
         piece = isl.Set.from_basic_set(b)
         if b.dim(isl.dim_type.div) > 0:      # a stride: not one run of integers
-            total += _val(piece.count_val())
+            total += int_value(piece.count_val())
             continue
         m = isl.Map.from_range(piece).move_dims(isl.dim_type.in_, 0, isl.dim_type.out, 0,
                                                  n - 1)
@@ -42,9 +50,9 @@ def _points(s: isl.Set) -> int:
             m.lexmin_pw_multi_aff().get_pw_aff(0))
         for outer, length in run.get_pieces():
             if length.is_cst():
-                total += (_val(length.get_constant_val()) + 1) * _points(outer)
+                total += (int_value(length.get_constant_val()) + 1) * _points(outer)
             else:
-                total += _val(m.intersect_domain(outer).wrap().count_val())
+                total += int_value(m.intersect_domain(outer).wrap().count_val())
     return total
 
 
@@ -55,7 +63,7 @@ def _first(s: isl.Set) -> isl.Set:
     return s.lexmin()
 
 
-def _box(s: isl.Set) -> list[int]:
+def bounding_box(s: isl.Set) -> list[int]:
     """Extents of the set's bounding box, per dimension (0 when empty)."""
     if s.is_empty():
         return [0] * s.dim(isl.dim_type.set)
@@ -64,6 +72,14 @@ def _box(s: isl.Set) -> list[int]:
         lo, hi = _ends(s, d)
         out.append(hi - lo + 1)
     return out
+
+
+def box_size(box: list[int]) -> int:
+    """The number of elements of a box of these extents."""
+    n = 1
+    for x in box:
+        n *= x
+    return n
 
 
 def _line(s: isl.Set, d: int) -> isl.Set:
@@ -81,7 +97,7 @@ def _ends(s: isl.Set, d: int, line: isl.Set | None = None) -> tuple[int, int]:
     line = _line(s, d) if line is None else line
 
     def at(p: isl.Set) -> int:
-        return _val(p.sample_point().get_coordinate_val(isl.dim_type.set, 0))
+        return int_value(p.sample_point().get_coordinate_val(isl.dim_type.set, 0))
     return at(line.lexmin()), at(line.lexmax())
 
 
@@ -93,7 +109,7 @@ def _values(s: isl.Set, d: int, line: isl.Set | None = None) -> int:
     line = _line(s, d) if line is None else line
     got = line.count_val()
     if got.is_int():
-        return _val(got)
+        return int_value(got)
     lo, hi = _ends(s, d, line)
     return hi - lo + 1
 
@@ -106,7 +122,7 @@ def _volume(s: isl.Set, d: int) -> int:
     return out
 
 
-class _Stmt:
+class PlacedStatement:
     """The isl facts of one placed statement at concrete sizes."""
 
     def __init__(self, e, ctx, names: dict, local_ids: set, itemsize: dict, strides: dict):
@@ -227,7 +243,7 @@ class _Stmt:
         return m.intersect_domain(inst).range()
 
     def _footprint(self, m: isl.Map, d: int) -> list[int]:
-        return _box(self.touched(m, d))
+        return bounding_box(self.touched(m, d))
 
     def first_last_index(self, m: isl.Map, d: int) -> int:
         """The smallest last index of what one iteration of loop d touches: where its
@@ -236,22 +252,28 @@ class _Stmt:
         return 0 if rng.is_empty() else _ends(rng, rng.dim(isl.dim_type.set) - 1)[0]
 
 
+def _extent(x) -> int | None:
+    """A buffer dimension's extent as an int, or None when it is symbolic (an expression
+    of the program's size parameters). A buffer's shape holds index expressions
+    (`ir.stmt.Buffer`): a constant is a `Const`."""
+    return int(x.value) if isinstance(x, Const) else None
+
+
 def _strides(buf) -> tuple[int, ...]:
-    """Bytes between neighbouring elements along each dimension (row-major)."""
+    """Bytes between neighbouring elements along each dimension (row-major); a symbolic
+    extent counts as SYMBOLIC_EXTENT elements."""
     out, step = [], buf.dtype.itemsize
     for x in reversed(buf.shape):
         out.append(step)
-        try:
-            step *= int(x.value)
-        except (AttributeError, TypeError, ValueError):
-            step *= 64
+        n = _extent(x)
+        step *= SYMBOLIC_EXTENT if n is None else n
     return tuple(reversed(out))
 
 
-def placed_statements(s) -> list[_Stmt]:
+def placed_statements(s) -> list[PlacedStatement]:
     """The isl facts (trip counts, footprints, accesses) of every statement of schedule
     `s` as placed, at its concrete sizes."""
-    from .program import expand_dependences
+    from ..schedule.program import expand_dependences
 
     prog = s.program
     ctx = isl.Set(f"[{prog.ptext}] -> {{ : 1 = 1 }}")
@@ -265,14 +287,13 @@ def placed_statements(s) -> list[_Stmt]:
     strides = {k: _strides(b) for k, b in prog.bufs.items()}
     local_elems: dict[str, tuple[int, int]] = {}   # a local buffer: (elements, prefix loops)
     for L in pl.locals:
-        try:
-            local_elems[names[id(L.tensor)]] = (
-                math.prod(int(x.value) for x in L.buffer.shape), L.n_prefix)
-        except (AttributeError, TypeError, ValueError, KeyError):
+        extents = [_extent(x) for x in L.buffer.shape]
+        if None in extents:
             continue                        # a size that depends on the parameters
+        local_elems[names[id(L.tensor)]] = (math.prod(extents), L.n_prefix)
     out = []
     for e in pl.entries:
-        st = _Stmt(e, ctx, names, local_ids, itemsize, strides)
+        st = PlacedStatement(e, ctx, names, local_ids, itemsize, strides)
         st.local_elems = local_elems
         st.recurrences = [d.rel.intersect_params(ctx) for d in deps if d.kind == "RAW" and
                           not d.reduction and d.src == d.dst == e.stmt.name]
@@ -281,15 +302,15 @@ def placed_statements(s) -> list[_Stmt]:
 
 
 # ------------------------------------------------------------ which way loops move
-def _carried(st: _Stmt, r: int) -> bool:
+def carries_recurrence(st: PlacedStatement, r: int) -> bool:
     """Whether loop r carries one of the statement's own flow dependences (isl's, from
     Program.deps): an element it writes is read by a later iteration of loop r within the
     same iteration of the loops around it (a recurrence along loop r; a reduction's
     updates are not one)."""
-    return _carry_distance(st, r) is not None
+    return carry_distance(st, r) is not None
 
 
-def _carry_distance(st: _Stmt, r: int) -> int | None:
+def carry_distance(st: PlacedStatement, r: int) -> int | None:
     """The fewest iterations of loop r between an element's write and its read by a later
     iteration of loop r, the loops around it fixed (isl: the smallest positive delta along
     loop r of the statement's own flow dependences); None when loop r carries none."""
@@ -311,12 +332,12 @@ def _carry_distance(st: _Stmt, r: int) -> int | None:
         along = along.intersect(isl.Set("{ [x] : x > 0 }").align_params(along.get_space()))
         if along.is_empty():
             continue
-        d = _val(along.lexmin().sample_point().get_coordinate_val(isl.dim_type.set, 0))
+        d = int_value(along.lexmin().sample_point().get_coordinate_val(isl.dim_type.set, 0))
         best = d if best is None else min(best, d)
     return best
 
 
-def _moving(st: _Stmt, m: isl.Map) -> list[int]:
+def moving_dims(st: PlacedStatement, m: isl.Map) -> list[int]:
     """The dimensions of an access that move with the innermost loop. A fused innermost
     loop runs over several dimensions at once: those that one step of it moves (its
     typical step, the one of least address change: out[i0, i1] = in[i1, i0] fused walks
@@ -329,7 +350,7 @@ def _moving(st: _Stmt, m: isl.Map) -> list[int]:
     return moving
 
 
-def _fused_step(st: _Stmt, m: isl.Map) -> list[int] | None:
+def _fused_step(st: PlacedStatement, m: isl.Map) -> list[int] | None:
     """The change of an access's indices from one iteration of the innermost loop to the
     next with the loops around it fixed, the one of least address change among them (the
     others: where the fused loop wraps to the next row); None past a few of them."""
@@ -344,7 +365,7 @@ def _fused_step(st: _Stmt, m: isl.Map) -> list[int] | None:
 
     def add(pt):
         if len(points) <= 16:
-            points.append([_val(pt.get_coordinate_val(isl.dim_type.set, k))
+            points.append([int_value(pt.get_coordinate_val(isl.dim_type.set, k))
                            for k in range(deltas.dim(isl.dim_type.set))])
     deltas.foreach_point(add)
     strides = next((s for (_, _, _, mm, _), s in zip(st.accesses, st.strides) if mm is m), ())
@@ -353,7 +374,7 @@ def _fused_step(st: _Stmt, m: isl.Map) -> list[int] | None:
     return min(points, key=lambda d: abs(sum(x * s for x, s in zip(d, strides))))
 
 
-def _moving_vars(st: _Stmt, r: int, names: set[str]) -> set[str]:
+def moving_vars(st: PlacedStatement, r: int, names: set[str]) -> set[str]:
     """Those of `names` (statement variables) whose value changes along loop r with every
     other loop fixed (the loops around it and inside it); all of them when r < 0 or when
     loop r cannot change alone (isl: two loop vectors that differ in loop r alone give two
