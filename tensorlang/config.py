@@ -13,7 +13,7 @@ the graph executor keeps its tuning log when TL_TUNE_LOG is unset (default
 TL_STREAM_STORES=0 stops the LLVM backend from storing large outputs non-temporally
 (`backends/llvm/stream.py`; default on, x86 only).
 TL_STRICT=1 turns a refused default schedule (the graph executor's, which then runs the
-declared loop nest, correct but up to 200x slower) into an error; the test suite sets it.
+declared loop nest, correct but far slower) into an error; the test suite sets it.
 TL_SPIN_US is how long an idle thread-pool worker (and a parallel loop waiting for its
 workers) spins before it sleeps (`spin_us`; 0: sleep after one short poll, as
 OMP_WAIT_POLICY=passive).

@@ -221,13 +221,10 @@ class Target:
         """The bytes of a kernel's arrays, all together, past which its outputs are stored
         non-temporally on x86-64 (`backends/llvm/stream.py`): the cores' L2s together, where
         a line written from the last level costs a read for ownership and a write-back over
-        a narrow path (a 2-core Xeon: E = D + (A+B)*C over 2^21 floats, 40 MiB, 50 -> 58-62
-        GB/s streamed); the last-level cache itself where it is a victim cache of the L2s
-        (`victim_llc`: AMD Zen). Measured on Zen 5 (2 cores, 32 MiB L3), each pair in one
-        process, in turn: a copy of 8 / 16 / 24 / 32 MiB in all ran 1.2 / 1.3 / 1.4 / 1.4x
-        slower streamed (DRAM takes what the L3 would have kept), 48 MiB level, 64 / 128 /
-        320 MiB 0.89 / 0.84 / 0.78x (E = D + (A+B)*C alike: 1.12x at 32 MiB, 0.82-0.87x
-        from 64)."""
+        a narrow path, which streaming saves; the last-level cache itself where it is a
+        victim cache of the L2s (`victim_llc`: AMD Zen): up to its size a streamed output is
+        slower (DRAM takes what the L3 would have kept), beyond it faster (the measurements:
+        benchmarks/RESULTS-decisions.md)."""
         _, l2, last = self.cache_bytes
         return last if self.victim_llc else l2 * self.cores
 
@@ -235,9 +232,9 @@ class Target:
     def victim_llc(self) -> bool:
         """Whether the last-level cache is a victim cache of the cores' L2s, fed fast (AMD
         Zen): a line an L2 lets go moves there beside the misses, and a written line costs
-        the bandwidth into the L2 once, its read for ownership (the cost model's traffic;
-        Zen 5: a copy, a fill and an add, L3-resident, each ran at ~33 bytes a cycle a core
-        counting each written line once, as a sum reads)."""
+        the bandwidth into the L2 once, its read for ownership (the cost model's traffic:
+        an L3-resident copy, fill or add runs at a sum's bandwidth when each written line
+        is counted once)."""
         return self.cpu_model.victim_llc
 
     @property

@@ -360,8 +360,8 @@ def _arith(body, moving=None) -> tuple[float, Counter]:
     register block's loop, and along its vector loop) says that none of its variables
     changes along the block's loop and some along the vector lanes: LLVM computes such a
     mask once, outside that loop (a convolution's padding test on rows and columns of
-    vectors along the columns, inside a loop over channels: 0.37 ms measured, 1.6
-    predicted before). A scalar test whose select reads memory is a branch, not hoisted."""
+    vectors along the columns, inside a loop over channels: counted in the loop, it made
+    the model predict such a conv several times slower than it runs). A scalar test whose select reads memory is a branch, not hoisted."""
     ops, loads = 0.0, Counter()
     for x in walk_stmt(body):
         if not isinstance(x, Store):
@@ -382,8 +382,8 @@ def _arith(body, moving=None) -> tuple[float, Counter]:
                     elif lanes and interval_condition(e.cond, lanes):
                         # lanes that are an interval (a stencil's interior): a branch on
                         # the vector's first and last lanes, and the interior's vectors
-                        # run the true arm alone, unmasked (the heat stencil's explicit
-                        # vectors: 0.030 -> 0.020 ms, Zen 5)
+                        # run the true arm alone, unmasked (faster than masking every
+                        # vector, as the heat stencil's explicit vectors show)
                         hoisted.update(id(c) for c in walk(e.cond))
                         hoisted.add(id(e))
                         keep = {id(y) for y in walk(e.true_value)}
@@ -506,8 +506,8 @@ def _split(st: PlacedStatement, m: isl.Map, r: int, size: int, stride) -> bool:
     boundary (each then reads two lines, as two loads): its first lane's index is not a
     multiple of a line, or the rows of the tensor are not a whole number of lines apart (a
     row of 1026 floats: most rows start mid-line). A stencil's shifted reads X[i, j + 1]
-    are. Measured on a 2-core Zen 4: a 3x3 blur with its nine loads a vector split ran at
-    the speed of eighteen (0.165 ms against the model's 0.065 without them)."""
+    are. A split vector costs two loads: a 3x3 blur with its nine loads a vector split
+    runs at the speed of eighteen, and the model without them predicts it far too fast."""
     line = max(1, LINE_BYTES // size)
     if st.first_last_index(m, r) % line:
         return True

@@ -156,11 +156,11 @@ def _shared_blocks(costs: list[StatementCost]) -> None:
     computed at a tile of the second, both unrolled under the tile's loop: one straight
     run of code a tile) share its issue slots: the block takes the largest of the summed
     arithmetic, loads and stores, the longest chain, and the summed operations' issue
-    with the loop's own instructions once — not the sum of each statement's maximum. The
-    blur's first stage at each 4 x 16 tile, kept in registers: 26 -> 19 cycles a tile
-    (the second's loads are free, the first's arithmetic fills their slots), 0.057 ms
-    measured against 0.072 for the 16 x 64 tiles the model had ranked first. Each
-    statement's compute time falls by its share."""
+    with the loop's own instructions once — not the sum of each statement's maximum (the
+    blur's first stage at each small tile of the second, kept in registers: the second's
+    loads are free and the first's arithmetic fills their slots, so such tiles rank above
+    the larger ones whose buffer is in memory, as they run). Each statement's compute time
+    falls by its share."""
     by_key: dict[tuple, list[StatementCost]] = {}
     for c in costs:
         if c.block_key is not None:
@@ -186,10 +186,10 @@ def _promoted(stmts: list[PlacedStatement], tgt) -> set[str]:
     FULL_UNROLL iterations, a count that varies included, with an exit test after each
     copy) in every statement, so that each access has a constant index and SROA turns
     the buffer into values. The blur's first stage computed at each 4 x 16 tile of the
-    second (a 6 x 16 buffer): no stack access in its assembly, 0.057 ms measured against
-    0.072 for 16 x 64 tiles (a 72-vector buffer in memory), which the model had ranked
-    the other way; at 6-row tiles, the last one clipped to 4, its 8 x 16 buffer is in
-    registers too (0.055 ms, where the model had predicted 0.134)."""
+    second (a 6 x 16 buffer) has no stack access in its assembly and runs faster than at
+    16 x 64 tiles (a 72-vector buffer in memory); at 6-row tiles, the last one clipped to
+    4, its 8 x 16 buffer is in registers too. A model that counts such a buffer's
+    accesses as memory ranks these tiles the wrong way."""
     lanes = max(1, tgt.vector_lanes("float32"))
     ok: dict[str, bool] = {}
     for st in stmts:

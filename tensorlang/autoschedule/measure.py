@@ -19,9 +19,9 @@ from ..target import Target
 
 TIME_MIN_S = 0.02        # a candidate is timed in batches of calls at least this long
 # a function whose slowest round took this many times its fastest was disturbed in one:
-# a slow spell of a shared VM slows a process by up to 2x, and a batch of 20 ms absorbs a
-# scheduler tick or two (1.2x); a parallel kernel whose every call waited a tick for a
-# descheduled worker took 4 ms a call against 24-31 us alone (issue 40)
+# a slow spell of a shared VM can double a process's time, and a batch of TIME_MIN_S
+# absorbs a scheduler tick or two; a parallel kernel whose every call waits a tick for a
+# descheduled worker is slowed by far more (the figures: benchmarks/RESULTS-decisions.md)
 DISTURBED_RATIO = 4.0
 
 
@@ -34,10 +34,9 @@ def measure_many(schedules, target="llvm", rounds: int = 3) -> list[float]:
     """Seconds per call of each schedule's kernel (the host only), timed in turn
     (`time_in_turn`) on random inputs. Schedules of one program share their arrays: where
     an array lies is not the schedule's doing, and a candidate timed on arrays of its own
-    is ranked by them as much as by its loops (before lane-uniform conditions became
-    branches, a heat stencil's explicit-vector schedules ran 0.18 ms on a fresh mmap and
-    0.034 on recycled heap pages, Zen 5; alignment and 4 KiB aliasing between arrays
-    still vary with the allocation)."""
+    is ranked by them as much as by its loops (a fresh mmap's pages and recycled heap
+    pages can time one kernel differently, and alignment and 4 KiB aliasing between
+    arrays vary with the allocation)."""
     shared: dict[tuple, list[np.ndarray]] = {}
     return time_in_turn([kernel_call(s, target, shared) for s in schedules], rounds)
 
@@ -75,9 +74,9 @@ def time_in_turn(fns, rounds: int = 3, min_s: float = TIME_MIN_S, once=None,
                  deadline: float | None = None) -> list[float]:
     """Seconds per call of each function: the best of `rounds` batches of at least
     `min_s` each, the batches of all functions taken in turn. A shared machine that slows
-    a whole process down for a second or two (by up to 2x on the VMs this is developed
-    on) then slows every function's batch of that round alike, instead of one function's
-    whole measurement, so the ranking survives it.
+    a whole process down for a second or two (a VM's busy neighbours) then slows every
+    function's batch of that round alike, instead of one function's whole measurement, so
+    the ranking survives it.
 
     A disturbed measurement is timed again: when a function's slowest round took over
     DISTURBED_RATIO times its fastest (and over 1 us a call more), something slowed it far

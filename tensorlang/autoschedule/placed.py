@@ -27,9 +27,9 @@ def int_value(v: isl.Val) -> int:
 
 
 def _points(s: isl.Set) -> int:
-    """How many points a bounded set has, exactly: isl's count_val enumerates them, which
-    took 0.24 s a count on a convolution's loop nest (millions of iterations), so the
-    innermost dimension is summed instead. In a convex piece without existentials its
+    """How many points a bounded set has, exactly: isl's count_val enumerates them, too
+    slowly for a loop nest of millions of iterations (a convolution's), so the innermost
+    dimension is summed instead. In a convex piece without existentials its
     values at each outer point are one run of integers, lexmin to lexmax; where that run's
     length is constant over a region of outer points (a full tile, a tail), the region's
     own count times it is the piece's; elsewhere (a triangle) isl enumerates."""

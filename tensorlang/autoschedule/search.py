@@ -205,23 +205,21 @@ def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=Non
 # the measurement's limits. A candidate whose calls take more than CAP_RATIO times the
 # fastest measured so far is timed by its first call or few (marked `capped`, `_Bench.time`
 # says how many): it cannot win, and timing it in full (several calls of a kernel that can
-# take seconds: the declared 1024^2 matmul nest, 3.9 s a call on a 2-core Zen 4) would
-# spend the budget on it
+# take seconds a call, as a declared matmul nest does) would spend the budget on it
 CAP_RATIO = 3.0
 # a candidate predicted SKIP_RATIO times slower than the fastest measured so far (its
 # prediction scaled by the model's error on that fastest one) is not called at all
 SKIP_RATIO = 10.0
 # before anything is measured a call is expected to take this many times its prediction
-# (the model's times were 1.5-2.2x short of the declared matmul nest's, 2-core Zen 4)
+# (the model's times fall short of an untransformed loop nest's: a margin over that error)
 UNCALIBRATED = 3.0
 # a candidate measured over OUTLIER_RATIO times what the model expects of it (`expect`: its
 # prediction scaled by the model's error on the fastest) while expected within CAP_RATIO
-# of the fastest is a suspect: its measurement was likely disturbed. The model's errors
-# between candidates of one program reach about 2x (a 7-row matmul tile predicted best and
-# measured 2x slower; the blur's two-pass schedule predicted 2x slower and measured
-# fastest) and a shared VM's slow spell 2x more: 4x in all is ordinary, 8x is not, and the
-# disturbance that misled a search was 130x (issue 40: parallel candidates waiting a
-# scheduler tick for a descheduled worker, 4 ms a call against 24-31 us alone)
+# of the fastest is a suspect: its measurement was likely disturbed. The model's error
+# between candidates of one program and a shared VM's slow spell each can double a time:
+# their product is ordinary, twice it is not, and a disturbance that misleads a search
+# (parallel candidates waiting a scheduler tick for a descheduled worker) is far larger
+# (the figures: benchmarks/RESULTS-decisions.md)
 OUTLIER_RATIO = 8.0
 RETIMES = 1              # a suspect is timed again at once this many times at most, ...
 SUSPECTS = 2             # ... and the best expected suspects again with the finalists
@@ -339,8 +337,8 @@ class _Bench:
         A candidate is called until one call takes at most CAP_RATIO times the fastest
         measured, then timed in full (`time_in_turn`); its calls up to then may take
         `cap_s` in all, at least one: a hopeless one ends after one call, and one whose
-        first call was slowed by the shared machine (a parallel 512^2 matmul's calls
-        range 2.6-10.7 ms on a busy 2-core Zen 4) gets another. A suspect (`suspect`:
+        first call was slowed by the shared machine (a parallel kernel's calls vary
+        severalfold on a busy machine) gets another. A suspect (`suspect`:
         far slower than the model expects, capped or not) is timed again (`retime`)."""
         self.tried.add(id(c))
         est = self.expect(c)
@@ -444,9 +442,9 @@ def _lowers_once(c: Candidate, bench: _Bench) -> bool:
 
 def _time_first(seen: dict, seeded: list, bench: _Bench) -> None:
     """The seeds and the best predicted sample that lowers, timed before the refinement:
-    the builds and calls that follow are then expected from ones of this program (the
-    first build of a 512^2 matmul candidate takes 0.2-0.8 s on a busy 2-core Zen 4,
-    unforeseeable before it), and a budget too short for more has a measured result."""
+    the builds and calls that follow are then expected from ones of this program (a
+    first build's time depends on the program and the machine's load, unforeseeable
+    before it), and a budget too short for more has a measured result."""
     cands = list(seen.values())
     for c in seeded:
         if _lowers_once(c, bench):
@@ -469,8 +467,8 @@ def _measure_search(result: AutoResult, seen: dict, seeded: list, outs, tgt, rng
     budget_s, t0 = bench.budget_s, bench.end - bench.budget_s
     cands = result.candidates
     # sampled and refined candidates in turn, best predicted first: the refinement
-    # follows the model where it errs too (a matmul tile of 7 rows and 32-lane
-    # vectors, predicted best, measured 2x slower), so it never takes every slot
+    # follows the model where it errs too (a tile it predicts best can run far slower
+    # than others), so it never takes every slot
     rest = [c for c in cands if c.trace and all(c is not x for x in seeded)]
     firsts = _sketch_leaders(rest)
     rest = [c for c in rest if all(c is not x for x in firsts)]
@@ -603,9 +601,9 @@ def _sketch_leaders(cands: list[Candidate]) -> list[Candidate]:
     """The best predicted candidate of each sketch (`cands` sorted by prediction) whose
     prediction is within SKETCH_RATIO of the best, at most SKETCHES of them: measured
     before the rest, because the model ranks tile sizes within a sketch better than it
-    ranks sketches against each other. (The 3x3 blur's two-pass schedule, each pass at
-    the root, is predicted at twice the inlined ones and measured fastest on a Zen 4;
-    among ~40 inlined samples it was measured only when the sampling order reached it.)"""
+    ranks sketches against each other. (A 3x3 blur's two-pass schedule, each pass at
+    the root, is predicted slower than the inlined ones yet can run fastest; among many
+    inlined samples it would be timed only when the sampling order reached it.)"""
     leaders: dict[tuple, Candidate] = {}
     for c in cands:
         if c.predicted > SKETCH_RATIO * cands[0].predicted or len(leaders) >= SKETCHES:
@@ -619,8 +617,8 @@ def _refine(seen: dict, outs, tgt, rng: random.Random, until: float, pool: int =
     """A local search on the model alone, before anything is measured: mutants of the
     best predicted candidates (one tile factor moved) are predicted, and one predicted
     faster joins the pool that is mutated next. Sampling finds the sketches; this finds
-    their sizes (a conv's 14-column tile, which the model ranks first, came up in few of
-    30 samples)."""
+    their sizes (the tile width the model ranks first for a conv is seldom drawn by
+    sampling alone)."""
     best = sorted((c for c in seen.values() if c.schedule is not None and c.trace),
                   key=lambda c: c.predicted)[:pool]
     # `tries` new mutants at most, among 8 times as many draws (most seen before)

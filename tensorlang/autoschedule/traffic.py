@@ -75,14 +75,11 @@ def set_conflict_lines(st: PlacedStatement, r: int, iters: list[int], tgt) -> fl
     size / ways apart (4 KiB: 1024 floats) puts one line of each row in the same set; with
     more rows than the set has ways, the lines at the tile's edges, which the neighbouring
     tile reads or writes again (an array starts ARRAY_OFFSET bytes past a line, so a row's
-    piece of the tile begins and ends inside lines), are evicted before it comes. Measured
-    on Zen 5 (12 ways), the 3x3 blur inlined into tiles of 32 x 16 / 16 x 16 / 8 x 16
-    vectors, 1024-float output rows: 0.30 / 0.15 / 0.10 ms, rows of vectors 0.09 (0.14 /
-    0.11 / 0.10 with the output aligned to a line). Only where the tile fits the L1 by its
-    size (else the traffic counts its lines). This replaces a "column walk" term that
-    charged any tile of 8 or more rows. Now only for accesses that walk across memory (a
-    transposed read, each tensor on its own, a line an element); the rows read or written
-    along memory are `tile_conflicts`', all tensors together."""
+    piece of the tile begins and ends inside lines), are evicted before it comes: a blur's
+    tiles slow down as their rows outnumber the ways. Only where the tile fits the L1 by
+    its size (else the traffic counts its lines), and only for accesses that walk across
+    memory (a transposed read, each tensor on its own, a line an element); the rows read
+    or written along memory are `tile_conflicts`', all tensors together."""
     ways = tgt.l1_ways
     sets = max(1, tgt.cache_bytes[0] // ways // LINE_BYTES)
     glob = [(m, size, stride) for (_, _, local, m, size), stride in
@@ -143,13 +140,11 @@ def tile_conflicts(st: PlacedStatement, r: int, iters: list[int], tgt) -> float:
     (1024 floats) put one line of each in the same set — of every tensor, since numpy's
     large arrays start ARRAY_OFFSET bytes into a page. The line at each end of a row's
     piece, which the next tile along the row touches again, is lost with the square of the
-    set's excess over its ways: none at the ways, all at EXCESS_FULL times them. Measured
-    on Zen 5 (12 ways), copies of 1024 x 1024 floats in tiles of R rows x C columns: tiles
-    of whole rows or of one row run at the copy's speed; at C = 32, R = 8 / 12 / 16 / 24 /
-    32 (16 to 64 lines a set) ran 1.1 / 1.2 / 2.0 / 3.7 / 4.1x slower; at C = 256 none. A
-    row-wise recurrence (the IIR filter) in tiles of R x 16: level at R = 4 to 12, 7x slower
-    at 16; the blur's second pass in 16 x 128 tiles (18 + 16 rows) 1.18x its 8 x 256 tiles.
-    (Linear in the excess ranked the IIR filter's 8- and 12-row tiles too low:
+    set's excess over its ways: none at the ways, all at EXCESS_FULL times them. Tiles of
+    whole rows or of one row run at a copy's speed; narrow tiles of more rows than the
+    ways slow down steeply as the rows grow, and wide ones hardly (the copies, the IIR
+    filter's and the blur's tiles behind this: benchmarks/RESULTS-decisions.md). (Linear
+    in the excess ranked the IIR filter's 8- and 12-row tiles too low:
     RESULTS-autoschedule.md.) The accesses across memory (a transposed read)
     count in `set_conflict_lines`."""
     ways = tgt.l1_ways
@@ -187,9 +182,9 @@ def traffic_bytes(st: PlacedStatement, tgt, resident: dict[str, int]) -> list[in
     """Bytes loaded into L1 (from L2), into L2 (from L3) and from DRAM (see the module):
     per cache, the outermost loop whose body's footprint fits it; per tensor, moved outward
     over the loops that do not index it. Data that fits the last level stays there between
-    calls, and so does data that fits one core's L2 (nothing from beyond it: a heat stencil of
-    64 x 4096 floats measured 0.05 ms, as fast as L2 serves it); a written line goes to DRAM
-    and back (write-allocate)."""
+    calls, and so does data that fits one core's L2 (nothing from beyond it: a heat stencil
+    whose arrays fit L2 runs as fast as L2 serves it); a written line goes to DRAM and back
+    (write-allocate)."""
     n = st.n
     glob = [(write, m, size) for _, write, local, m, size in st.accesses if not local]
     names = [name for name, _, local, _, _ in st.accesses if not local]

@@ -238,11 +238,9 @@ def layer_norm(x, eps: float = 1e-5):
     m = mean(x, axis=-1, keepdims=True)
     d = x - m
     v = mean(d * d, axis=-1, keepdims=True)
-    # a quotient per element, as numpy's reference and TVM's: measured on Zen 5 (two
-    # threads, 4096 x 1024 rows, 32 MiB against a 32 MiB L3, each version in its own
-    # process in turn) the product by the row's reciprocal ran at 71-80 GB/s, the quotient
-    # at 88-96 (TVM 95-108); level at 1024 and 16384 rows and on one thread. The quotient
-    # also rounds once fewer.
+    # a quotient per element, as numpy's reference and TVM's: no slower than the product
+    # by the row's reciprocal, and faster where the rows fill the last-level cache
+    # (benchmarks/RESULTS-decisions.md); the quotient also rounds once fewer.
     return d / sqrt(v + eps)
 
 

@@ -240,7 +240,7 @@ def schedule_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "
 
 SCHEDULES = ("default", "model", "auto", "hand")
 MODEL_BUDGET_S = 30.0    # seconds at most of the model-only search per kernel (a cap: the
-                         # search is a fixed number of candidates, 0.2-10 s on Zen 5)
+                         # search is a fixed number of candidates, which takes far less)
 MODEL_MIN_WORK = 1 << 20     # multiply-adds below which a kernel keeps its hand schedule
 
 
@@ -485,7 +485,7 @@ class _Buffers:
         self.pointers = pointers      # per step: its argument pointers, or None
         # the array last put in each swapped slot (a weak reference) and its address: a
         # caller that passes the same arrays again (a training loop, a benchmark) skips
-        # numpy's `ctypes` object per pointer (~1 us each; a run's overhead 9 -> 5 us).
+        # numpy's `ctypes` object per pointer, a large part of a small run's overhead.
         # An array keeps its address while it lives (numpy reallocates only on a resize
         # to another size, which the shape checks refuse); a freed one's reference is
         # dead, so a new array at its id is never taken for it.

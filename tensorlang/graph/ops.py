@@ -531,7 +531,7 @@ def _softmax_te(log):
         r1 = tl.reduce_axis((0, shp[ax]), name="r1")
         # the row's maximum only shifts the exponents (it cancels in the quotient): NaN may
         # be ignored there (nanmax: one vmaxps a vector; max's NaN and signed-zero rules
-        # cost a compare and three blends, half of softmax's time on Zen 5) — a row with a
+        # cost a compare and three blends, a large share of softmax's time) — a row with a
         # NaN is NaN throughout either way, through its exponential and the row's sum
         m = tl.compute(red, lambda *i: tl.nanmax(x[along(r1)(*i)], axis=r1), name="m")
         r2 = tl.reduce_axis((0, shp[ax]), name="r2")

@@ -154,9 +154,8 @@ def hoist_tile_guards(s: Stmt) -> Stmt:
     vector of a tile whose columns end inside it) runs as `if <all of them hold>: <the loop
     without the tests> else: <the loop as it was>`: the conjunction of the tests over every
     value of the unrolled loops is evaluated once, outside. LLVM does not unswitch a
-    reduction loop on a dozen such tests; left inside, they made a matmul whose tiles run
-    over a partial vector 2.5x slower (1000^3 with B's panels outermost: 78 against 211
-    GFLOPS). Only the full tiles lose their tests; the loop stays the same otherwise."""
+    reduction loop on a dozen such tests; left inside, they slow a matmul whose tiles run
+    over a partial vector (1000^3) severalfold. Only the full tiles lose their tests; the loop stays the same otherwise."""
     from .simplify import simplify
 
     def go(x: Stmt) -> Stmt:

@@ -169,7 +169,7 @@ class _Translator:
             # at a parallel loop outside its own loop only when that loop was not emitted
             # (one iteration): a second allocation around the first made the codegen
             # count the inner loop's copies of a register tile as its code, over the
-            # unroll budget, and left the tile in memory (2048^3: 105 against 319 GFLOPS)
+            # unroll budget, and left the tile in memory (a matmul's, a store after every FMA)
             if (k == L.time_dim and uses_buffer(body, L.buffer)) or \
                     (parallel and k < L.time_dim and _free_use(body, L.buffer)):
                 body = Allocate(L.buffer, body)
@@ -280,8 +280,8 @@ class _Translator:
         does not divide its rows, under a loop fused with the batch loop, is copied out
         at row `127 - (120 f + 131 i + 127) mod 132 - 12 (f mod 11)` of the tile — which
         is `i`: written so, the tile's every index is a constant once unrolled and the
-        tile stays in registers (a batched matmul's 12 x 32 tiles: 0.25 ms with the tile
-        in memory, a store to it after every FMA)."""
+        tile stays in registers (a batched matmul's 12 x 32 tiles, which otherwise stay in
+        memory, a store to them after every FMA)."""
         bufs = {id(L.buffer) for L in self.locals}
 
         def index(e: Expr) -> Expr:
@@ -565,7 +565,7 @@ def _loop(v: Var, init: Expr, extent: Expr, body: Stmt, info: Loop,
     if info.kind is LoopKind.VECTORIZED:
         # the tail of a vector loop is a vector loop too, its lanes past the extent masked
         # off: a register tile is then accessed by whole vectors only (a scalar tail's
-        # dynamic index kept the whole tile in memory: 4x slower at sizes like 1000)
+        # dynamic index kept the whole tile in memory at sizes like 1000)
         masked = For(v, init, full, If(compare(LT, v, init + extent), body), info.kind)
         if bound is None:
             debug_print(2, f"astgen: vector loop {v.name}: isl gives no constant bound on its "

@@ -478,7 +478,7 @@ def _one_piece_corner(foot: isl.Map, d: int, outer: list, lo: isl.PwAff) -> isl.
     with them, when that equals `lo`. Under a fused loop f = 16 i + i1.outer, islpy
     2026.2.1 gives the rows' corner 8 (f mod 16) as three pieces (0 where f mod 16 = 0,
     8 f - 896 past 112, ...): a local buffer indexed by `i1 - select(...)` is not a
-    register tile for LLVM (the batched matmul's 8 x 48 tiles ran 4x slower); composed
+    register tile for LLVM (the batched matmul's 8 x 48 tiles then live in memory); composed
     from the batch's corner floor(f / 16) it is 8 f - 128 floor(f / 16), one piece."""
     if d == 0 or lo.n_piece() <= 1:
         return lo

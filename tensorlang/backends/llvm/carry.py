@@ -4,10 +4,9 @@
 iteration later, loads it back. LLVM forwards such a load only while it can prove the two
 addresses equal, which it stops doing once it has unrolled or peeled the loop late in its
 pipeline (the indices become `or disjoint` forms and offsets from different bases); the
-load then waits for the store, 7-12 cycles a step instead of the arithmetic's 4 (an IIR
-filter's rows in tiles of 2 x 64: 1.96 ms against 0.68 for the same loop untiled, 2-core
-Zen 4, whose memory renaming hides the store only when both addresses use the same
-registers). `carried_loads` finds the loads that read what the previous iteration of the
+load then waits for the store, longer than the step's arithmetic takes (an IIR filter's
+rows in tiles run far slower than the same loop untiled; Zen 4's memory renaming, for one,
+hides the store only when both addresses use the same registers). `carried_loads` finds the loads that read what the previous iteration of the
 loop stored; the code generator (`serial_loop`) gives them the stored value from a phi,
 reading memory only in the loop's first iteration.
 """

@@ -313,8 +313,8 @@ def emit_function(module: ir.Module, name: str, buffers, params, body: Stmt,
             b.ret(ir.Constant(I32, Status.BAD_SIZES))
     # isl's partial-tile tests inside a reduction loop: their conjunction is tested once
     # outside it (`hoist_tile_guards`: one copy of the loop without them). Hoisting each
-    # test separately (`unswitch`, as the CUDA backend does) quadrupled awkward-size builds,
-    # 0.9 -> 3.8 s at 127x781x253
+    # test separately (`unswitch`, as the CUDA backend does) multiplies the copies of the
+    # loop, and an awkward-size build's time with them
     cg.stmt(hoist_tile_guards(body))
     cg.finish()
     if not checks:

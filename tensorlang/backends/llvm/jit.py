@@ -132,8 +132,8 @@ def parse_and_optimise(text: str, tm: llvm.TargetMachine, link=None) -> llvm.Mod
     return mod
 
 
-# LLVM's loop vectorizer takes time superlinear in a loop body's size (30 s for a 10,000-op
-# body); above this many instructions it is left out and says so at TL_DEBUG=1 (loops that
+# LLVM's loop vectorizer takes time superlinear in a loop body's size (tens of seconds for a
+# body of ten thousand operations); above this many instructions it is left out and says so at TL_DEBUG=1 (loops that
 # `vectorize` names are vector IR already and stay vectorised)
 AUTO_VECTORIZE_MAX_INSTRUCTIONS = 8_000
 

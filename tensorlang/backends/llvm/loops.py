@@ -65,7 +65,7 @@ class LoopCodegen:
             # a loop whose variable indexes a register array (a partial tile, a tile's
             # copy-out): unrolled to isl's bound, each iteration guarded, so that every
             # index into the array is a constant and SROA keeps it in registers (one
-            # dynamic index would put the whole tile in memory: 4x slower matmuls)
+            # dynamic index would put the whole tile in memory, a store after every FMA)
             self.guarded_unroll(s, lo, b.add(lo, self.to_i64(self.expr(s.extent),
                                                              s.extent.dtype)), bound)
             return

@@ -77,7 +77,7 @@ class MemoryCodegen:
             if small and len(buf.shape) >= 2 and not buf.dtype.is_bool:
                 # rows of whole vectors: a register tile 56 wide would otherwise put the
                 # masked tail vector of one row over the next row's start, and SROA keeps
-                # overlapping vectors in memory (a conv's 4 x 56 tile: 30 -> 60 GFLOPS)
+                # overlapping vectors in memory (a conv's 4 x 56 tile)
                 last = int(buf.shape[-1].value)
                 per = max(1, 64 // buf.dtype.itemsize)
                 wide = -(-last // per) * per
@@ -118,9 +118,9 @@ class MemoryCodegen:
             self.return_status(Status.NO_MEMORY)
         # aligned to a cache line (malloc promises 16 bytes; glibc's large blocks start 16
         # bytes into a page), so a 512-bit vector at a multiple of 16 elements reads one
-        # line. Measured on a 2-core Zen 4 with the matmul's packed B at +16 bytes against
-        # aligned: no difference at 512^3 or 2048^3 (its loads come from L1/L2, where a
-        # split load costs little); kept for the model's count of split loads (cost.py)
+        # line. A matmul's packed B runs no faster for it (its loads come from L1/L2, where
+        # a split load costs little); kept so that the model's count of split loads holds
+        # (cost.py)
         off = b.and_(b.sub(ir.Constant(I64, 0), b.ptrtoint(raw, I64)), ir.Constant(I64, 63))
         start = b.gep(raw, [off], inbounds=True)
         with self.allocated(buf, b.bitcast(start, et.as_pointer(), name=buf.name)):

@@ -27,8 +27,8 @@ holds (a kernel splits a loop into TASKS_PER_THREAD tasks per thread, `outline.p
 task is a fraction of a thread's share). A worker that was descheduled, or woke late,
 finds the region closed and never touches it: the calling thread runs the tasks nobody
 took, instead of waiting for a thread the scheduler does not run (a join that waits for
-every worker costs a time slice whenever one is descheduled: 10 ms a loop for workers on
-the caller's core). A region is
+every worker costs a scheduler time slice whenever one is descheduled, as workers on the
+caller's core are). A region is
 not reused until every worker inside has left, so a late worker cannot run a task of a
 finished region.
 

@@ -2,7 +2,7 @@
 
 A local array (a `cache_write(..., "local")` tile) stays in registers only when every
 index into it is a constant after unrolling; one dynamic index puts the whole array in
-memory (4x slower matmuls). The code generator unrolls, with guards, the loops whose
+memory (a matmul's accumulators then load and store at every multiply-add). The code generator unrolls, with guards, the loops whose
 variable indexes such an array, when `register_code_size` says the unrolled code is
 bounded; vector loops stay vectors (their tails are masked: see `vector.py`).
 """
@@ -20,7 +20,7 @@ VECTOR_PAD = 64               # spare elements after a small local array (see al
 UNROLL_BUDGET = 512           # ... while the stores of the unrolled code stay this many
 # (a 4 x 4-vector matmul tile with a partial row group and a partial last vector has four
 # copies of its code once its tests are hoisted out of k: 320 stores at 127x4100x4100; at a
-# budget of 256 it stayed in memory, a store after every FMA: 77 against 173 GFLOPS)
+# budget of 256 it stayed in memory, a store after every FMA)
 
 
 def indexes(s: For, buf: Buffer) -> bool:
@@ -73,8 +73,8 @@ def rebase_register_loops(s: Stmt, buf: Buffer) -> Stmt:
     expressions of the outer tile loops (`for c in range(3*jb, 3*jb + 3)` indexing the
     tile at `16*c - 48*jb`); left to LLVM, the two halves of such an index went into
     separate address computations (the `-48*jb` hoisted out of the loops), SROA saw a
-    dynamic offset and left the register tile in memory (an 8 x 3-vector matmul tile at
-    4096^3: 70 against 250 GFLOPS)."""
+    dynamic offset and left the register tile in memory (an 8 x 3-vector matmul tile, a
+    store after every multiply-add)."""
     def go(x: Stmt, shift: dict) -> Stmt:
         def ex(e):
             if not shift:

@@ -4,15 +4,14 @@ A kernel that writes an array it never reads, when everything it touches outgrow
 that would keep it (the cores' L2s; AMD Zen's last level), gains nothing from the written
 lines sitting in cache: a plain store first reads each line from memory (read for ownership)
 and later writes it back, so the output costs twice its size in memory traffic. A
-non-temporal store (`movntps`) writes the line without reading it. Measured on a 2-core
-AVX-512 Xeon, E = D + (A+B)*C over 2^24 floats: 30 -> 36-38 GB/s; 2^21: 50 -> 58-62; at 2^16
-(1.25 MiB in all, inside the L2) plain stores are faster (51 against 33-44), hence the size
-rule. On AMD Zen the last-level cache keeps an output the L2s let go at a high rate, and
-streaming it to DRAM is slower until everything outgrows that cache
-(`Target.stream_store_bytes`: Zen 5, a copy of 24 MiB 1.4x slower streamed, of 320 MiB
-0.78x).
+non-temporal store (`movntps`) writes the line without reading it, so such a kernel moves
+less and runs faster once its arrays outgrow the L2s; while they fit the L2, plain stores
+are faster, hence the size rule. On AMD Zen the last-level cache keeps an output the L2s let
+go at a high rate, and streaming it to DRAM is slower until everything outgrows that cache
+(`Target.stream_store_bytes`). The measurements behind both rules:
+benchmarks/RESULTS-decisions.md.
 
-x86-64 only (measured there; AArch64's `stnp` orders differently). A non-temporal vector store
+x86-64 only (the stores were tried there alone; AArch64's `stnp` orders differently). A non-temporal vector store
 must be aligned to its size, which numpy's arrays (16-byte aligned) often are not: each
 vector store tests its address at run time, one store of the whole vector when aligned,
 16-byte pieces when only that is, a plain store otherwise. Non-temporal stores are weakly
@@ -44,11 +43,10 @@ def streamed_buffers(name: str, buffers: list[Buffer], body: Stmt, target) -> se
     every store is a vector store that the loops around it continue in one ascending run
     of at least RUN bytes.
 
-    Measured where that does not hold (2-core Xeon, each setting in its own process, in
-    turn): a matmul's register tile written back a few vectors per row (short runs, several
-    lines open at once) 294 -> 258 GFLOPS at 1024^3; layer norm over rows of 4096 x 1024,
-    whose rows are read again from cache through its row statistics, 44-46 -> 38-40 GB/s;
-    softmax the same way, 20-25 either way."""
+    Where that does not hold streaming is slower: a matmul's register tile written back a
+    few vectors per row (short runs, several lines open at once), and a layer norm whose
+    rows are read again from cache through its row statistics; softmax, alike, gains
+    nothing either way."""
     if target is None or target.arch not in _X86 or not stream_stores():
         return set()
     total = 0
