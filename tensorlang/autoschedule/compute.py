@@ -361,7 +361,8 @@ def _arith(body, moving=None) -> tuple[float, Counter]:
     changes along the block's loop and some along the vector lanes: LLVM computes such a
     mask once, outside that loop (a convolution's padding test on rows and columns of
     vectors along the columns, inside a loop over channels: counted in the loop, it made
-    the model predict such a conv several times slower than it runs). A scalar test whose select reads memory is a branch, not hoisted."""
+    the model predict such a conv several times slower than it runs). A scalar test whose
+    select reads memory is a branch, not hoisted."""
     ops, loads = 0.0, Counter()
     for x in walk_stmt(body):
         if not isinstance(x, Store):

@@ -155,7 +155,8 @@ def hoist_tile_guards(s: Stmt) -> Stmt:
     without the tests> else: <the loop as it was>`: the conjunction of the tests over every
     value of the unrolled loops is evaluated once, outside. LLVM does not unswitch a
     reduction loop on a dozen such tests; left inside, they slow a matmul whose tiles run
-    over a partial vector (1000^3) severalfold. Only the full tiles lose their tests; the loop stays the same otherwise."""
+    over a partial vector (1000^3) severalfold. Only the full tiles lose their tests; the
+    loop stays the same otherwise."""
     from .simplify import simplify
 
     def go(x: Stmt) -> Stmt:

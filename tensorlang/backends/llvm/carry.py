@@ -6,9 +6,10 @@ addresses equal, which it stops doing once it has unrolled or peeled the loop la
 pipeline (the indices become `or disjoint` forms and offsets from different bases); the
 load then waits for the store, longer than the step's arithmetic takes (an IIR filter's
 rows in tiles run far slower than the same loop untiled; Zen 4's memory renaming, for one,
-hides the store only when both addresses use the same registers). `carried_loads` finds the loads that read what the previous iteration of the
-loop stored; the code generator (`serial_loop`) gives them the stored value from a phi,
-reading memory only in the loop's first iteration.
+hides the store only when both addresses use the same registers). `carried_loads` finds
+the loads that read what the previous iteration of the loop stored; the code generator
+(`serial_loop`) gives them the stored value from a phi, reading memory only in the loop's
+first iteration.
 """
 
 from __future__ import annotations

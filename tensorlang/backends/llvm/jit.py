@@ -133,8 +133,8 @@ def parse_and_optimise(text: str, tm: llvm.TargetMachine, link=None) -> llvm.Mod
 
 
 # LLVM's loop vectorizer takes time superlinear in a loop body's size (tens of seconds for a
-# body of ten thousand operations); above this many instructions it is left out and says so at TL_DEBUG=1 (loops that
-# `vectorize` names are vector IR already and stay vectorised)
+# body of ten thousand operations); above this many instructions it is left out and says
+# so at TL_DEBUG=1 (loops that `vectorize` names are vector IR already and stay vectorised)
 AUTO_VECTORIZE_MAX_INSTRUCTIONS = 8_000
 
 

@@ -2,9 +2,10 @@
 
 A local array (a `cache_write(..., "local")` tile) stays in registers only when every
 index into it is a constant after unrolling; one dynamic index puts the whole array in
-memory (a matmul's accumulators then load and store at every multiply-add). The code generator unrolls, with guards, the loops whose
-variable indexes such an array, when `register_code_size` says the unrolled code is
-bounded; vector loops stay vectors (their tails are masked: see `vector.py`).
+memory (a matmul's accumulators then load and store at every multiply-add). The code
+generator unrolls, with guards, the loops whose variable indexes such an array, when
+`register_code_size` says the unrolled code is bounded; vector loops stay vectors (their
+tails are masked: see `vector.py`).
 """
 
 from __future__ import annotations

@@ -11,12 +11,12 @@ go at a high rate, and streaming it to DRAM is slower until everything outgrows 
 (`Target.stream_store_bytes`). The measurements behind both rules:
 benchmarks/RESULTS-decisions.md.
 
-x86-64 only (the stores were tried there alone; AArch64's `stnp` orders differently). A non-temporal vector store
-must be aligned to its size, which numpy's arrays (16-byte aligned) often are not: each
-vector store tests its address at run time, one store of the whole vector when aligned,
-16-byte pieces when only that is, a plain store otherwise. Non-temporal stores are weakly
-ordered, so a function that made them ends on `sfence` (each parallel task too) before its
-results are read by another thread.
+x86-64 only (the stores were tried there alone; AArch64's `stnp` orders differently). A
+non-temporal vector store must be aligned to its size, which numpy's arrays (16-byte
+aligned) often are not: each vector store tests its address at run time, one store of the
+whole vector when aligned, 16-byte pieces when only that is, a plain store otherwise.
+Non-temporal stores are weakly ordered, so a function that made them ends on `sfence` (each
+parallel task too) before its results are read by another thread.
 """
 
 from __future__ import annotations
