@@ -104,8 +104,8 @@ def program_params(schedule) -> tuple[list[str], set[str]]:
 # Dependences by the isl text of what they are computed from (the declared order's time
 # maps, the accesses, the statements' spatial dimensions): the auto-scheduler builds a
 # program per candidate, and most candidates share a few structures (a conv's sampled
-# candidates make several programs each, whose dependence analysis took most of the
-# sampling's time before this cache).
+# candidates make several programs each, whose dependence analysis, done anew for each,
+# would take most of the sampling's time).
 # The results are isl objects that no one mutates; the text decides equality, so a hit is
 # the same analysis.
 DEPS_CACHED = 256

@@ -115,9 +115,9 @@ class VectorContext:
         """Whether `cond` is the same in every lane: it reads no memory and does not
         depend on the vector loop's variable (a time step's `t == 0`). Such a condition
         is a branch, not a mask: a masked load whose lanes are all off still costs a
-        microcode assist when its address lies on an unmapped page (on AMD Zen 5, the heat
-        stencil's reads of row t - 1 at t = 0, before the array's first page, slowed the
-        whole kernel severalfold on numpy's mmap-backed arrays)."""
+        microcode assist when its address lies on an unmapped page (AMD Zen 5 takes one),
+        as the heat stencil's reads of row t - 1 at t = 0 do on numpy's mmap-backed arrays:
+        they lie before the array's first page."""
         return not any(isinstance(x, Load) or (isinstance(x, Var) and x.name == self.var)
                        for x in walk(self._expand(cond)))
 
