@@ -66,7 +66,7 @@ class Module:
     # A call with the very arrays of the previous call (a timing loop, the executor's
     # steps) skips the argument checks: same objects (weak references, so nothing is kept
     # alive), same shape, strides, dtype and writeability, hence the same pointers, sizes
-    # and overlaps. The checks cost as long as a small kernel itself.
+    # and overlaps. The checks take as long as a small kernel itself.
     def _same_as_last(self, arrays):
         last = self._last
         if last is None or len(arrays) != len(last[0]):

@@ -240,7 +240,7 @@ def schedule_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "
 
 SCHEDULES = ("default", "model", "auto", "hand")
 MODEL_BUDGET_S = 30.0    # seconds at most of the model-only search per kernel (a cap: the
-                         # search is a fixed number of candidates, which takes far less)
+                         # search is a fixed number of candidates, well under it)
 MODEL_MIN_WORK = 1 << 20     # multiply-adds below which a kernel keeps its hand schedule
 
 
