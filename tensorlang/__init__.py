@@ -7,6 +7,8 @@ from .errors import (  # noqa: F401
 from .ir.dtype import DType  # noqa: F401
 from .ir.expr import Expr, Var, const  # noqa: F401
 from .driver import Module, build  # noqa: F401
+from .shared_lib import LoadedModule, load_module  # noqa: F401
+from . import testing  # noqa: F401
 from .schedule import (  # noqa: F401
     LoweredFunc, Schedule, Stage, ThreadAxis, create_schedule, lower, thread_axis,
 )

@@ -143,8 +143,9 @@ class Module:
 
     def save(self, path, fmt: str | None = None) -> None:
         """Write the kernel to `path`; the format follows the suffix unless `fmt` says:
-        ".o" (object file), ".s" (assembly), ".ll" (LLVM IR), ".bc" (LLVM bitcode), ".h" (a
-        C header declaring the kernel's ABI)."""
+        ".so" (a shared library for the host, `tl.load_module`), ".o" (object file), ".s"
+        (assembly), ".ll" (LLVM IR), ".bc" (LLVM bitcode), ".h" (a C header declaring the
+        kernel's ABI)."""
         import os
 
         path = os.fspath(path)
@@ -153,6 +154,11 @@ class Module:
             raise TensorlangError(
                 f"save: the kernel is named {self.name!r}, which C reserves; build it with "
                 f"another name, e.g. tl.build(s, args, target=..., name='my_kernel')")
+        if kind == "so":
+            from .shared_lib import export
+
+            export(self, path)
+            return
         if kind in ("o", "obj"):
             data: bytes | str = self.code.object()
         elif kind in ("s", "asm"):
@@ -172,10 +178,40 @@ class Module:
                           checks)
         else:
             raise TensorlangError(f"save: cannot tell the format of {path!r}; use a suffix "
-                                  ".o, .s, .ll, .bc or .h, or pass fmt=")
+                                  ".so, .o, .s, .ll, .bc or .h, or pass fmt=")
         mode = "wb" if isinstance(data, bytes) else "w"
         with open(path, mode) as f:
             f.write(data)
+
+    def export_library(self, path) -> None:
+        """TVM's name for `save(path)` of a shared library (".so"): the kernel and its
+        signature, loadable with `tl.load_module` or ctypes."""
+        from .shared_lib import export
+
+        export(self, path)
+
+    @property
+    def entry_name(self) -> str:
+        """The kernel's name (TVM's `entry_name`)."""
+        return self.name
+
+    def time_evaluator(self, func_name: str | None = None, dev=None, number: int = 10,
+                       repeat: int = 1, min_repeat_ms: float = 0.0):
+        """TVM's timer: a function of the kernel's arguments that calls the kernel (after
+        one warm-up call) in `repeat` rounds of `number` calls and returns a
+        `tl.testing.BenchmarkResult` (`.mean` seconds a call, `.results` per round).
+        `func_name` must be the kernel's name if given; `dev` is accepted for TVM's call
+        shape (the kernel runs where it was built for)."""
+        from .testing import benchmark
+
+        if func_name is not None and func_name != self.name:
+            raise TensorlangError(f"time_evaluator: this module's kernel is {self.name!r}, "
+                                  f"got func_name={func_name!r}")
+
+        def evaluator(*arrays):
+            return benchmark(self, *arrays, number=number, repeat=repeat,
+                             min_repeat_ms=min_repeat_ms)
+        return evaluator
 
     def get_source(self, fmt: str = "ll") -> str:
         """The optimised LLVM IR ("ll", default), the assembly ("asm") or the loop nest."""

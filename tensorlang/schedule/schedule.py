@@ -117,6 +117,8 @@ class Schedule:
                 if x.name == t:
                     return x
             raise ScheduleError(f"{prim}: {argname} {t!r} names no tensor of this schedule")
+        if isinstance(t, Operation):      # TVM's spelling: an operation for its output
+            t = t.output
         if not isinstance(t, Tensor):
             raise ScheduleError(f"{prim}: {argname} must be a tensor, got {t!r}")
         if any(t is p for p in self.placeholders) or any(t is st.op.output
@@ -200,6 +202,8 @@ def create_schedule(outputs) -> Schedule:
     outs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
     if not outs:
         raise TensorlangError("create_schedule: expected at least one output tensor")
+    # TVM's spelling: the operations (`create_schedule(B.op)`) for their output tensors
+    outs = [t.output if isinstance(t, Operation) else t for t in outs]
     for t in outs:
         if not isinstance(t, Tensor):
             raise TensorlangError(f"create_schedule: expected tensors, got {t!r}")

@@ -1,13 +1,14 @@
 """The tensor-expression language: placeholder, compute, reduce_axis, reducers, intrinsics."""
 
 from .intrin import (  # noqa: F401
-    abs, all, any, ceil, cos, erf, exp, floor, fmax, fmin, if_then_else, indexdiv, indexmod,
-    log, maximum, minimum, pow, rsqrt, sigmoid, sin, sqrt, tanh,
+    abs, all, any, ceil, cos, erf, exp, floor, floordiv, floormod, fmax, fmin, if_then_else,
+    indexdiv, indexmod, log, max_value, maximum, min_value, minimum, pow, rsqrt, sigmoid, sin,
+    sqrt, tanh,
 )
 from .reduce import (  # noqa: F401
     CommReducer, Reduce, argmax, argmin, comm_reducer, max, min, nanmax, nanmin, prod, sum,
 )
 from .tensor import (  # noqa: F401
     ComputeOp, IterVar, Operation, PlaceholderOp, Tensor, compute, placeholder, recurrence,
-    reduce_axis, var,
+    reduce_axis, size_var, var,
 )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import TensorlangError
-from ..ir.dtype import bool_, float64
+from ..ir.dtype import as_dtype, bool_, float64
 from ..ir.expr import Call, Const, Expr, Max, Min, binary, cast, const, power, select
 from .tensor import to_expr
 
@@ -111,6 +111,28 @@ def indexdiv(a, b) -> Expr:
 def indexmod(a, b) -> Expr:
     """TVM's name for `a % b` on indices: the remainder of `indexdiv` (sign of `b`)."""
     return _arg(a) % b
+
+
+def floordiv(a, b) -> Expr:
+    """TVM's `floordiv`: `a // b` rounding towards minus infinity (as `indexdiv`)."""
+    return _arg(a) // b
+
+
+def floormod(a, b) -> Expr:
+    """TVM's `floormod`: the remainder of `floordiv`, with the sign of `b`."""
+    return _arg(a) % b
+
+
+def max_value(dtype) -> Expr:
+    """The largest value of `dtype` (inf for floats), as TVM's `te.max_value`."""
+    d = as_dtype(dtype, "max_value dtype")
+    return const(d.max_value(), d)
+
+
+def min_value(dtype) -> Expr:
+    """The smallest value of `dtype` (-inf for floats), as TVM's `te.min_value`."""
+    d = as_dtype(dtype, "min_value dtype")
+    return const(d.min_value(), d)
 
 
 def if_then_else(cond, true_value, false_value) -> Expr:

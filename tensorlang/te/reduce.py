@@ -11,6 +11,8 @@ from ..ir.expr import (
 )
 from .intrin import fmax as _fmax
 from .intrin import fmin as _fmin
+from .intrin import maximum as _maximum
+from .intrin import minimum as _minimum
 from .tensor import CommReducer, IterVar, Reduce, to_expr  # noqa: F401 (CommReducer: te's API)
 
 
@@ -87,10 +89,31 @@ def _builtin(name: str, fcombine, fidentity, no_bool: bool = False):
 
 sum = _builtin("sum", lambda x, y: x + y, lambda t: const(0, t), no_bool=True)  # noqa: A001
 prod = _builtin("prod", lambda x, y: x * y, lambda t: const(1, t), no_bool=True)
-max = _builtin("max", lambda x, y: binary(Max, x, y),  # noqa: A001
-               lambda t: const(t.min_value(), t))
-min = _builtin("min", lambda x, y: binary(Min, x, y),  # noqa: A001
-               lambda t: const(t.max_value(), t))
+def _or_elementwise(reducer, pairwise, name: str):
+    """`reducer`, or TVM's elementwise form where the second argument is an expression
+    rather than reduce axes: ``tl.max(x, 0.0)`` is ``tl.maximum(x, 0.0)`` (TOPI's relu)."""
+    def f(expr, axis=None, where=None):
+        axes = axis if isinstance(axis, (list, tuple)) else [axis]
+        if axis is not None and where is None and axes and \
+                not any(isinstance(a, IterVar) for a in axes):
+            return pairwise(expr, axis)
+        if axis is None:
+            raise TensorlangError(f"{name}: give reduce axes (tl.{name}(expr, axis=k)) or a "
+                                  f"second expression (tl.{name}(a, b), elementwise)")
+        return reducer(expr, axis, where)
+    f.__name__ = name
+    f.__doc__ = (f"tl.{name}(expr, axis, where=None): the {name} over the reduce axes; "
+                 f"tl.{name}(a, b): the elementwise {name} of two expressions (as TVM's "
+                 f"te.{name}).")
+    return f
+
+
+max = _or_elementwise(_builtin("max", lambda x, y: binary(Max, x, y),  # noqa: A001
+                               lambda t: const(t.min_value(), t)),
+                      _maximum, "max")
+min = _or_elementwise(_builtin("min", lambda x, y: binary(Min, x, y),  # noqa: A001
+                               lambda t: const(t.max_value(), t)),
+                      _minimum, "min")
 
 
 def _nan_or(bound: str):

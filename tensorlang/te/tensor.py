@@ -24,6 +24,11 @@ def var(name: str = "n", dtype: str | DType = "int32") -> Var:
     return Var(name, d)
 
 
+def size_var(name: str = "n", dtype: str | DType = "int32") -> Var:
+    """TVM's `te.size_var`: a symbolic size (`var`)."""
+    return var(name, dtype)
+
+
 class IterVar:
     """An axis of a stage: a variable with a range [min, min + extent) and a kind.
 
@@ -246,12 +251,15 @@ class ComputeOp(Operation):
         # a schedule may rewrite a compute (inlining, caching) while it keeps its tensor
         self.output = output if output is not None else Tensor(
             self, tuple(a.extent for a in axis), dtype, name)
+        self.tag, self.attrs = "", {}     # the user's labels (compute's tag=, attrs=)
         self.set_body(body)
 
     def with_body(self, body: Expr) -> ComputeOp:
         """The same compute (axes, output tensor) with another body: a schedule's rewrite."""
-        return ComputeOp(self.name, self.axis, body, self.output.dtype, self.is_recurrence,
-                         self.output)
+        op = ComputeOp(self.name, self.axis, body, self.output.dtype, self.is_recurrence,
+                       self.output)
+        op.tag, op.attrs = self.tag, self.attrs
+        return op
 
     def set_body(self, body: Expr | None) -> None:
         self.body = body
@@ -331,8 +339,10 @@ def _spatial_axes(kind: str, name: str, shape, fcompute, skip: int):
 
 
 @deep
-def compute(shape, fcompute, name: str = "compute") -> Tensor:
-    """A tensor whose element at each index is `fcompute(*index)`.
+def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -> Tensor:
+    """A tensor whose element at each index is `fcompute(*index)`. `tag` and `attrs` are
+    kept on the operation (`op.tag`, `op.attrs`) for the user's own bookkeeping, as TVM's
+    (TOPI's schedules dispatch on them); they do not change the computation.
 
     >>> A = placeholder((4,), name="A")
     >>> compute((4,), lambda i: A[i] * 2.0, name="B").op.body
@@ -344,7 +354,13 @@ def compute(shape, fcompute, name: str = "compute") -> Tensor:
         raise NotImplementedError(f"{who}: computes with several outputs are not supported yet")
     body = to_expr(body, f"{who} body")
     _check_body(body, axis, shape, who)
-    return ComputeOp(name, axis, body, body.dtype).output
+    if not isinstance(tag, str):
+        raise TensorlangError(f"{who}: tag must be a string, got {tag!r}")
+    if attrs is not None and not isinstance(attrs, dict):
+        raise TensorlangError(f"{who}: attrs must be a dict, got {type(attrs).__name__}")
+    op = ComputeOp(name, axis, body, body.dtype)
+    op.tag, op.attrs = tag, dict(attrs or {})
+    return op.output
 
 
 @deep
