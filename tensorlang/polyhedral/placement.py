@@ -163,6 +163,17 @@ def _attach(prog, states, entries: list[Entry], sid: str, st: StageState) -> lis
         f = loop_prefix(e.lmap, k).reverse().apply_range(rd)
         foot = f if foot is None else foot.union(f)
     if foot is None:
+        readers = list(dict.fromkeys(prog.info[e.orig].stage for e, _ in outside))
+        if readers:
+            # the stages between: attaching them first makes this one legal (TVM resolves
+            # the attachments together; here they apply in order, so the message says which)
+            first = readers[0]
+            raise ScheduleError(
+                f"compute_at({label}, {clabel}.{loopname}): {clabel} does not read {label} "
+                f"directly; {', '.join(readers)} read{'s' if len(readers) == 1 else ''} it "
+                f"and {'is' if len(readers) == 1 else 'are'} computed outside that loop. "
+                f"Attach {'it' if len(readers) == 1 else 'them'} first — "
+                f"s[{first!r}].compute_at(s[{clabel!r}], {loopname!r}) — then this stage")
         raise ScheduleError(f"compute_at({label}, {clabel}.{loopname}): {clabel} does not read "
                             f"{label} (nor does any stage computed inside that loop); compute a "
                             "stage at a loop of one of its consumers")
@@ -175,7 +186,10 @@ def _attach(prog, states, entries: list[Entry], sid: str, st: StageState) -> lis
             f"{label}[{', '.join(map(str, b))}]{_sizes(sizes)} outside {clabel}'s loop "
             f"{loopname}, where {label} would be computed; every reader of {label} must run "
             "inside that loop (a reader computed inside the same loop counts); compute "
-            f"{label} at a loop that encloses all its readers, or at root",
+            f"{label} at a loop that encloses all its readers, or at root"
+            + (f"; or, to compute {inf.stage} in that loop too, attach it first — "
+               f"s[{inf.stage!r}].compute_at(s[{clabel!r}], {loopname!r}) — then this stage"
+               if inf.stage != cid else ""),
             _witness(inf, e.stmt.dims, a, sizes))
     foot = foot.coalesce()
     threads = _shared_threads(prog, st, A, k, label, clabel, loopname)
