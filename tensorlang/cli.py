@@ -138,10 +138,14 @@ def main(argv: list[str] | None = None) -> int:
     gr.add_argument("--out", default=None, help="where to write the JSON (default: the "
                     "package's graph/rules/substitutions.json)")
     tu = sub.add_parser("tune", help="run a script whose tl.auto_schedule calls search with a "
-                        "larger budget and record their best schedules in a tuning log")
+                        "larger budget and record their best schedules in a tuning log",
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                        epilog="example: tensorlang tune train.py --log tuning.jsonl "
+                               "--budget 120   (then `python train.py` with TL_TUNE_LOG="
+                               "tuning.jsonl reuses the recorded schedules)")
     tu.add_argument("script", help="a Python script that calls tl.auto_schedule")
-    tu.add_argument("--log", default="tuning.jsonl", help="the JSON-lines log (default "
-                    "tuning.jsonl); later runs of the script reuse it")
+    tu.add_argument("--log", default="tuning.jsonl", help="the JSON-lines log the best "
+                    "schedules are written to")
     tu.add_argument("--budget", type=float, default=60.0, help="seconds per operator")
     rn = sub.add_parser("run", help="run an ONNX model (random inputs unless given) and, with "
                         "--profile, time each kernel beside the operators fused into it")
@@ -219,7 +223,8 @@ def gen_rules(max_ops: int, out, parser) -> int:
         from tqdm import tqdm
 
         def progress(items, what):
-            return tqdm(items, desc=f"fingerprint {what}", leave=False)
+            return tqdm(items, desc=f"fingerprint {what}", leave=False,
+                        disable=not sys.stderr.isatty())    # no bar in a log file
     except ImportError:  # the bar is optional
         progress = None
     t0 = time.perf_counter()

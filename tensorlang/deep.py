@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import sys
 import threading
+import types
 
 from .errors import TensorlangError
 
@@ -68,11 +69,40 @@ def deep_call(fn, *args, **kwargs):
     return out["value"]
 
 
+def _without_wrappers(tb):
+    """The traceback `tb` without the frames of `deep`'s wrappers and `deep_call` (they
+    would fill a user's traceback, one pair per decorated call)."""
+    frames = []
+    while tb is not None:
+        if tb.tb_frame.f_code not in _OWN_CODE:
+            frames.append(tb)
+        tb = tb.tb_next
+    out = None
+    for t in reversed(frames):
+        out = types.TracebackType(out, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return out
+
+
 def deep(fn):
-    """Decorator: `fn` runs through `deep_call`."""
+    """Decorator: `fn` runs through `deep_call`. An exception leaves the outermost
+    decorated call with the decorators' own frames taken out of its traceback."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        return deep_call(fn, *args, **kwargs)
+        outer = not getattr(_local, "in_wrapper", False)
+        _local.in_wrapper = True
+        try:
+            return deep_call(fn, *args, **kwargs)
+        except BaseException as e:
+            if outer:
+                raise e.with_traceback(_without_wrappers(e.__traceback__))  # noqa: B904
+            raise
+        finally:
+            if outer:
+                _local.in_wrapper = False
 
+    _OWN_CODE.add(wrapper.__code__)
     return wrapper
+
+
+_OWN_CODE = {deep_call.__code__}

@@ -332,6 +332,14 @@ def build(s: Schedule, args, target="llvm", name: str = "main", checks: bool = T
           fastmath: bool | None = None) -> Module:
     """Lower `s` and compile it; `args` are the tensors (and tl.var sizes) of the signature.
 
+    The result is a `Module`, called with one numpy array per tensor of `args` (and an int
+    per tl.var), in that order; outputs are written into the arrays passed for them::
+
+        f = tl.build(s, [A, B, C])
+        f(a, b, c)                      # c = the result, written in place
+        f.time_evaluator(number=10)(a, b, c).mean     # seconds a call
+        f.save("k.so")                  # or .o/.s/.ll/.h; tl.load_module("k.so")
+
     `target` is a `tl.Target`, a preset name ("aarch64", "riscv64+v", ...) or a string
     "llvm -mtriple=... -mcpu=... -mattr=...". Code for the host is JIT-compiled and callable;
     code for another machine is compiled to an object (see `Module.save`).

@@ -107,3 +107,17 @@ def test_deep_call_passes_results_and_errors_through():
     with pytest.raises(ValueError, match="bottom"):
         deep_call(fails, 5_000)
     assert sys.getrecursionlimit() < 100_000  # restored
+
+
+def test_an_error_leaves_no_wrapper_frames_in_the_traceback():
+    import traceback
+
+    import tensorlang as tl
+
+    A = tl.placeholder((4,), name="A")
+    try:
+        tl.compute((4,), lambda i: A[i, i], name="B")
+    except tl.TensorlangError as e:
+        names = [f.name for f in traceback.extract_tb(e.__traceback__)]
+    assert "deep_call" not in names
+    assert names.count("wrapper") <= 1 and "compute" in names and "__getitem__" in names

@@ -654,4 +654,8 @@ def _progress(items, show: bool):
         from tqdm import tqdm
     except ImportError:   # the bar is optional
         return items
-    return tqdm(items, desc="auto_schedule: measuring", leave=False)
+    import sys
+
+    # a bar redrawn with carriage returns is for a terminal; a log gets no bar
+    return tqdm(items, desc="auto_schedule: measuring", leave=False,
+                disable=not sys.stderr.isatty())

@@ -116,13 +116,19 @@ def bind_arguments(buffers: list[Buffer], scalars: list[Var | None], params: lis
                 f"argument {i} ({name}): expected {len(buf.shape)} dimensions, got {v.ndim} "
                 f"(shape {v.shape})"
             )
-        if not v.flags.c_contiguous:
-            raise TensorlangError(
-                f"argument {i} ({name}): the array must be C-contiguous; pass "
-                "np.ascontiguousarray(x)"
-            )
         if i in written and not v.flags.writeable:
-            raise TensorlangError(f"argument {i} ({name}): the output array is read-only")
+            # (a broadcast view is read-only and has zero strides: say read-only first)
+            raise TensorlangError(
+                f"argument {i} ({name}): the output array is read-only (a broadcast view or "
+                "a read-only buffer); pass a writeable array, e.g. np.empty(shape, dtype)")
+        if not v.flags.c_contiguous:
+            fix = ("write into a C-contiguous array (np.empty(shape, dtype)) and copy it "
+                   "into yours after the call; a copy made from your view would take the "
+                   "result instead of it") if i in written else \
+                "pass np.ascontiguousarray(x)"
+            raise TensorlangError(
+                f"argument {i} ({name}): the array must be C-contiguous (strides "
+                f"{v.strides} for shape {v.shape}); {fix}")
         for d, (ext, actual) in enumerate(zip(buf.shape, v.shape)):
             if isinstance(ext, Var):
                 prev = env.get(ext.name)
@@ -147,10 +153,10 @@ def bind_arguments(buffers: list[Buffer], scalars: list[Var | None], params: lis
             want = int(ext.value) if isinstance(ext, Const) else \
                 env.get(ext.name) if isinstance(ext, Var) else size_value(ext, env)
             if want != actual:
+                named = f"{want}" if isinstance(ext, Const) else f"{ext} = {want}"
                 raise TensorlangError(
-                    f"argument {i} ({buf.name}): dimension {d} must be {ext} = {want}, "
-                    f"got {actual}"
-                )
+                    f"argument {i} ({buf.name}): dimension {d} must be {named}, got {actual}"
+                    f" (shape {tuple(arr.shape)})")
     for i in written:
         if arrays[i] is None:
             continue
