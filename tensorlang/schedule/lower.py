@@ -107,9 +107,11 @@ def refusal(violations, params: list[Var]) -> Expr | None:
 
 
 @deep
-def lower(s: Schedule, args, name: str = "main", checks: bool = True) -> LoweredFunc:
+def lower(s: Schedule, args, name: str = "main", checks: bool = True,
+          simple_mode: bool = True) -> LoweredFunc:
     """Check the schedule and generate its loop nest. Indices that isl cannot prove in range
     (they read data) are checked when the kernel runs, unless `checks` is False.
+    `simple_mode` is TVM's spelling; the result prints as the loop nest either way.
 
     >>> import tensorlang as tl
     >>> A = tl.placeholder((3,), name="A")
@@ -126,6 +128,8 @@ def lower(s: Schedule, args, name: str = "main", checks: bool = True) -> Lowered
     args = _check_args(s, args)
     if not isinstance(checks, bool):
         raise TensorlangError(f"lower: checks must be True or False, got {checks!r}")
+    if not isinstance(simple_mode, bool):
+        raise TensorlangError(f"lower: simple_mode must be True or False, got {simple_mode!r}")
     with timed("lower"):
         prog = s.program
         params = prog.params
