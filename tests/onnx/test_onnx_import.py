@@ -142,6 +142,7 @@ def bert_layer(rng, d=32, heads=4, ff=64):
     return oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
 
 
+@pytest.mark.slow
 def test_a_bert_style_encoder_matches_onnxruntime_at_several_sizes(rng):
     model = bert_layer(rng)
     rep = TO.Backend.prepare(model)
