@@ -8,9 +8,12 @@ packed) or, when a spatial axis other than the last indexes an input on its own 
 convolution's output channels), channel-blocked; a reduction along memory rfactored into
 vector partials; a recurrence carried along both of its last axes as a wavefront; every
 other stage tiled with its last axis in vectors, an inner tile unrolled, the outer loops
-fused and parallel. Each primitive is checked exactly by isl as it is applied; one that is
-refused is left out of the trace (`_try`), so every candidate is legal. `sample` makes one
-candidate; `lowers` says whether the code generator takes it.
+fused and parallel. The register tile, the channel-blocked tile, the vector partial sums
+and the row statistics are the recipes of `schedule/recipes.py` (the executor's defaults
+call the same ones with fixed sizes), here with sizes drawn. Each primitive is checked
+exactly by isl as it is applied; one that is refused is left out of the trace (`_try`), so
+every candidate is legal. `sample` makes one candidate; `lowers` says whether the code
+generator takes it.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ import islpy as isl
 from ..config import debug_print
 from ..errors import ScheduleError, TensorlangError
 from ..ir.stmt import LoopKind
+from ..schedule.recipes import (accumulate_channels, accumulate_in_registers, compute_at_rows,
+                                tile_columns, vector_sum, vector_tile)
+from ..schedule.recipes import apply_or_skip as _try
 from ..schedule.schedule import Schedule, create_schedule
 from ..target import Target
 
@@ -37,17 +43,6 @@ def as_outputs(outputs) -> list:
 def as_target(target) -> Target:
     """`target` as a `tl.Target` (a target string parsed)."""
     return Target.parse(target) if not isinstance(target, Target) else target
-
-
-def _try(obj, prim: str, *args, **kw):
-    """Apply a primitive: its result (True for those that return nothing), or None when it
-    is refused (the schedule stays as it was)."""
-    try:
-        out = getattr(obj, prim)(*args, **kw)
-        return True if out is None else out
-    except ScheduleError as e:
-        debug_print(3, f"auto_schedule: {prim} refused: {str(e).splitlines()[0]}")
-        return None
 
 
 def _extent(ax) -> int | None:
@@ -144,8 +139,8 @@ def sample(outputs, target, rng: random.Random) -> Schedule:
         if readers:
             r = rng.choice(readers)
             # a loop of the reader outside its reduction: placed inside it, the producer
-            # runs between a register tile's updates (a conv's padded input at `rc`, inside
-            # its 12 x 2-vector tile: 18 ms against 0.85 at the tile's loops, 2-core Xeon)
+            # would run between a register tile's updates (a conv's padded input at `rc`,
+            # recomputed for every step of the reduction)
             loops = []
             for lp, over in zip(r.state.loops, _reduction_loops(r)):
                 if over:
@@ -189,16 +184,14 @@ def _row_stages(s: Schedule) -> list:
 def _rows(s: Schedule, stages: list) -> None:
     """Row statistics at the output's row loop (softmax, layer norm): `stages` (from
     `_row_stages`) are computed inside the output's first loop, readers first, so each
-    row is read from memory once."""
+    row is read from memory once (`schedule.recipes.compute_at_rows`)."""
     out = s[s.outputs[0]]
     if not out.state.loops:
         return
     row = out.state.loops[0].name
     if row != out.op.axis[0].var.name and not row.startswith(out.op.axis[0].var.name + "."):
         return           # the row loop was fused with another: its rows are not whole
-    for st in reversed(stages):
-        if not st.inlined and st.state.attach is None:
-            _try(st, "compute_at", out, row)
+    compute_at_rows(stages, out, row, apply=_try)
 
 
 def _reduction_loops(st) -> list[bool]:
@@ -250,8 +243,7 @@ def _wavefront(st, rng: random.Random, lanes: int = 16, tgt=None) -> None:
     (u[t, i] from u[t - 1, i - 1 .. i + 1]) refuses those tiles — a step reads the tile to
     its right — and is time-tiled instead (`_time_tile`) where two steps of its rows do
     not fit the L1: a step at a time keeps them there otherwise, and time tiles only add
-    wavefronts (a heat stencil of 4096 points: tiles 16 steps tall ran 1.6x slower than a
-    step at a time, Zen 5)."""
+    wavefronts."""
     axes = [a.var.name for a in st.op.axis]
     i, j = axes[-2], axes[-1]
     tiled = _try(st, "tile", i, j, rng.choice([16, 32, 64]), rng.choice([16, 32, 64, 128]))
@@ -272,8 +264,8 @@ def _time_tile(st, rng: random.Random, lanes: int) -> bool:
     t (i + t: every dependence then points forward along both), parallelogram tiles of
     (t, i) that keep a few steps of a strip in cache, the tiles' wavefront in parallel as
     in `_wavefront`, and each step's row of a tile in vectors (Pluto's and Tiramisu's
-    time-tiled stencils; a heat stencil of 2^18 points x 64 steps: 2.3 ms against 3.6 for
-    a step at a time, Zen 5). False when isl refuses the skew (the stage is left as it
+    time-tiled stencils: a stencil whose rows outgrow the L1 then reads each row from
+    memory once per few steps). False when isl refuses the skew (the stage is left as it
     was); a skew whose tiles are refused stays, its loops then parallel where
     isl allows."""
     axes = [a.var.name for a in st.op.axis]
@@ -295,6 +287,11 @@ def _time_tile(st, rng: random.Random, lanes: int) -> bool:
 
 def _tile_vector(s: Schedule, st, lanes: int, rng: random.Random,
                  parallel: bool = True) -> None:
+    """The last axis in vectors (a few of them unrolled), optionally a row tile with the
+    reduction loops outside it, the outer loops parallel. (The executor's
+    `recipes.vectors_inside_reduction` is its one-vector, untiled case; the draws here come
+    between the primitives, each where the one before it was taken, so it is not shared:
+    drawing them first would change the candidates a seed gives.)"""
     spatial = [a.var.name for a in st.op.axis]
     red = [a.var.name for a in st.op.reduce_axis]
     if not spatial:
@@ -353,7 +350,8 @@ def _vector_partials(s: Schedule, st, lanes: int, rng: random.Random,
 
 
 def _register_tile(s: Schedule, st, tgt, lanes: int, rng: random.Random) -> None:
-    """A register tile (TVM's and the executor's matmul structure) with sampled sizes."""
+    """A register tile (TVM's and the executor's matmul structure: `recipes.vector_tile`
+    and `recipes.accumulate_in_registers`) with sampled sizes, row axis and tile order."""
     out = st.op.output
     regs = tgt.vector_registers
     n = _extent(st.op.axis[-1]) or lanes
@@ -381,15 +379,11 @@ def _register_tile(s: Schedule, st, tgt, lanes: int, rng: random.Random) -> None
     cs = s[out]
     axes = [a.var.name for a in cs.op.axis]
     row = rng.choice(axes[:-1]) if rng.random() < 0.5 else axes[-2]  # conv: channels
-    tiled = _try(cs, "tile", row, axes[-1], mr, nv * lanes)
+    tiled = vector_tile(cs, row, axes[-1], mr, nv, lanes, apply=_try)
     if tiled is None:
         _parallel_outer(cs, rng)
         return
-    io, jo, ii, ji = tiled
-    jio, jii = (_try(cs, "split", ji, factor=lanes) or (None, None))
-    if jii is not None:
-        _try(cs, "vectorize", jii)
-    lt = s[local]
+    io, jo, _, _ = tiled
     k_row = axes.index(row)
     if row != axes[-2]:        # the tile's row loop after the other spatial loops
         rest = [x for x in axes[:-1] if x != row]
@@ -402,17 +396,7 @@ def _register_tile(s: Schedule, st, tgt, lanes: int, rng: random.Random) -> None
         # panel of B stays in the L2 while every row tile passes over it, where rows
         # outside sweep all of B once per row tile
         at = io
-    if _try(lt, "compute_at", cs, at) is not None:
-        lax = [a.var.name for a in lt.op.axis]
-        li, lj = lax[k_row], lax[-1]
-        lb = [x for x in lax[:-1] if x != li]
-        lk = [a.var.name for a in lt.op.reduce_axis]
-        parts = _try(lt, "split", lj, factor=lanes)
-        if parts is not None:
-            _try(lt, "reorder", *lb, *lk, li, f"{lj}.outer", f"{lj}.inner")
-            _try(lt, "unroll", li)
-            _try(lt, "unroll", f"{lj}.outer")
-            _try(lt, "vectorize", f"{lj}.inner")
+    accumulate_in_registers(s, local, cs, at, k_row, lanes, apply=_try)
     _parallel_outer(cs, rng)
 
 
@@ -422,8 +406,8 @@ def _channel_axis(s: Schedule, st, lanes: int):
     directly (a convolution's output channel `o` in its weights `W[o, c, p, q]`) in a
     read that does not move with the last axis (so one vector of that input serves every
     column of the tile), where the last axis has columns (at least 4) that some read
-    moves with; None when there is none (a row sum kept as [n, 1]: transposing its input
-    to vectorise along the rows cost 4x)."""
+    moves with; None when there is none (a row sum kept as [n, 1]: vectorising along its
+    rows would transpose its input)."""
     from ..ir.expr import Load, Var
     from ..ir.visit import walk
 
@@ -475,8 +459,8 @@ def _channel_tile(s: Schedule, st, tgt, lanes: int, rng: random.Random,
     program): `src` packed along `dim` in vectors of the axis `v`, the result computed in
     a local tile laid out with `v` last (`reorder_storage`), whose rn columns of the last
     axis are unrolled, each a vector of `v` accumulating over the reduction — every step
-    one vector load of `src` and a broadcast per column. The tile is written out a vector
-    of `v` at a time."""
+    one vector load of `src` and a broadcast per column (`recipes.accumulate_channels`).
+    The tile is written out a vector of `v` at a time."""
     out = st.op.output
     axes = [a.var.name for a in st.op.axis]
     j = axes[-1]
@@ -484,7 +468,7 @@ def _channel_tile(s: Schedule, st, tgt, lanes: int, rng: random.Random,
     regs = tgt.vector_registers
     # columns: mostly a divisor of the width up to half the registers (a partial tile, or
     # more columns, spill: the executor's `conv_columns`), sometimes any count that fits
-    fits = [r for r in range(4, regs // 2 + 1) if nj % r == 0]
+    fits = tile_columns(nj, regs)
     if fits and rng.random() < 0.4:
         rn = fits[-1]           # the most columns that divide the width (conv_columns)
     else:
@@ -507,49 +491,11 @@ def _channel_tile(s: Schedule, st, tgt, lanes: int, rng: random.Random,
     pre, mid = axes[:k], [x for x in axes[k + 1:-1]]
     _try(cs, "reorder", *pre, f"{v}.outer", *mid, f"{j}.outer", f"{j}.inner", f"{v}.inner")
     _try(cs, "vectorize", f"{v}.inner")
-    lt = s[local]
-    if _try(lt, "compute_at", cs, f"{j}.outer") is not None:
-        red = [a.var.name for a in lt.op.reduce_axis]
-        _try(lt, "reorder", *[x for x in axes if x not in (v, j)], *red, j, v)
-        _try(lt, "unroll", j)
-        _try(lt, "vectorize", v)
+    accumulate_channels(s[local], cs, f"{j}.outer", [x for x in axes if x not in (v, j)], j, v,
+                        apply=_try)
     outer = [*pre, f"{v}.outer", *mid]
     if len(outer) >= 2 and rng.random() < 0.7:
         f = _try(cs, "fuse", *outer)
         if f is not None and _try(cs, "parallel", f) is not None:
             return
     _parallel_outer(cs, rng)
-
-
-# ----------------------------------------------------------------------------- the model
-
-
-def vector_sum(s: Schedule, st, k, lanes: int, chains: int = 1, place: bool = True) -> None:
-    """Stage `st`'s sum over its reduce axis `k` (along memory) in `chains` vectors of
-    partial sums: k split by chains x lanes and rfactored, the partials' stage vectorised
-    (its chains unrolled); with two or more chains, the chains' vectors added into one by
-    a second rfactor; then the lanes added in order by `st`. `place`: the partial stages
-    computed at `st`'s last axis (per output element; readers first), else at root.
-    Raises ScheduleError where a primitive is refused."""
-    t = st.op.output
-    _, ki = st.split(k, factor=lanes * chains)
-    rf = s.rfactor(t, ki)
-    kk, *rest = s[rf].op.axis
-    if chains > 1:
-        kc, kk = s[rf].split(kk, factor=lanes)
-        s[rf].reorder(*rest, *s[rf].op.reduce_axis, kc, kk)
-        s[rf].unroll(kc)
-    else:
-        s[rf].reorder(*rest, *s[rf].op.reduce_axis, kk)
-    s[rf].vectorize(kk)
-    stages = [rf]
-    if chains > 1:                      # the chains' vectors into one
-        _, ci = st.split(st.leaf_iter_vars[-1], factor=lanes)
-        rf2 = s.rfactor(t, ci)
-        kk2, *rest2 = s[rf2].op.axis
-        s[rf2].reorder(*rest2, *s[rf2].op.reduce_axis, kk2)
-        s[rf2].vectorize(kk2)
-        stages.append(rf2)
-    if place and st.op.axis:
-        for x in reversed(stages):      # readers first
-            s[x].compute_at(st, st.op.axis[-1])

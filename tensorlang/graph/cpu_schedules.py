@@ -13,6 +13,9 @@ import tensorlang as tl
 from ..config import debug_print, strict
 from ..errors import ScheduleError, TensorlangError
 from ..ir.stmt import LoopKind
+from ..schedule.recipes import (accumulate_channels, accumulate_in_registers, compute_at_rows,
+                                names, tile_columns, vector_sum, vector_tile,
+                                vectors_inside_reduction)
 from ..te.reduce import MINMAX_COMBINERS
 
 
@@ -36,11 +39,9 @@ def register_tile(m: int, n: int, dtype: str, target: tl.Target | None = None):
     that overhangs m or n computes lanes and rows that are thrown away — and on a tie the
     most rows (each k step then loads fewer bytes of B per multiply-add).
     AVX-512 (32 registers, 16 floats): 6 x 4 vectors where n is a multiple of 64 (the
-    whole tile works; 8 x 3 overhangs 512 by 16 columns: 2-core Zen 4, one process, in
-    turn, 512^3 216 against 203 GFLOPS, 1024^3 219 against 192-213, 2048^3 218-220 against
-    209-214), else 8 x 3 where its 48 columns fit n better (1000^3: 196-202 against
-    177-187); AVX2 (16 registers, 8 floats): 6 x 2 vectors (BLIS's Haswell tile); NEON (32
-    of 4 floats): 8 x 3 or 6 x 4 likewise."""
+    whole tile works, where 8 x 3 overhangs 512 by 16 columns), else 8 x 3 where its 48
+    columns fit n better; AVX2 (16 registers, 8 floats): 6 x 2 vectors (BLIS's Haswell
+    tile); NEON (32 of 4 floats): 8 x 3 or 6 x 4 likewise."""
     t = target or _host()
     lanes = t.vector_lanes(dtype)
     regs = t.vector_registers
@@ -53,12 +54,11 @@ def register_tile(m: int, n: int, dtype: str, target: tl.Target | None = None):
 
 LATENCY_ACCUMULATORS = 8   # independent FMA chains that hide the FMA latency (4 cycles x 2)
 # The channel-blocked conv2d (`conv_block`) writes each tile to the NCHW output as vectors
-# along the channels (a scatter, one element per channel plane). Measured on AVX-512 (Zen 4,
-# 2026-11-24, ResNet layers, against the direct form): it wins when the reduction per
-# output (C * kh * kw) is at least SCATTER_REDUCTION and a channel plane (oh * ow) at most
-# SCATTER_PLANE elements (the 16 planes a scatter touches stay in the TLB); below 256 or
-# above 64 x 64 the scatter costs more than the direct form's partial vectors (3 -> 64 at
-# 224 x 224: 34 against 186 GFLOPS; 64 -> 64 at 112 x 112: 202 against 219).
+# along the channels (a scatter, one element per channel plane). It wins over the direct
+# form when the reduction per output (C * kh * kw) is at least SCATTER_REDUCTION, so the
+# scatter is paid over enough work, and a channel plane (oh * ow) is at most SCATTER_PLANE
+# elements (the 16 planes a scatter touches stay in the TLB); below or above, the scatter
+# costs more than the direct form's partial vectors.
 SCATTER_REDUCTION = 256
 SCATTER_PLANE = 64 * 64
 
@@ -70,22 +70,20 @@ def _fill(n: int, tile: int) -> float:
 
 def conv_columns(ow: int, regs: int, one_fma_a_cycle: bool = False) -> int | None:
     """Output columns per tile of the channel-blocked conv2d, one vector of channels per
-    column: a divisor of the output width, at most half the vector registers (LLVM keeps
-    the overlapping input broadcasts of the unrolled kw loop in the other half). Beyond
-    that it spills (19, 20, 24 and 27 columns: 0.4 to 0.8 of 14's speed), except at
+    column: the largest divisor of the output width up to half the vector registers
+    (`schedule.recipes.tile_columns`: LLVM keeps the overlapping input broadcasts of the
+    unrolled kw loop in the other half; more columns spill), except at
     `WIDE_CONV_COLUMNS`, all registers but the weights, a broadcast and two spares (TVM's
     reg_n): every FMA then takes its broadcast from memory, one load per FMA. A core that
     issues one FMA a cycle at the vector width (`one_fma_a_cycle`: Zen 4's 512-bit FMA in two
     halves) has the loads to spare, and the wider tile halves the tiles' overhead (their
-    starts, the row buffer's stores): 1.04x at 56^2 64->64 and 28^2 128->128 there; a core
-    with two FMA pipes at the width (AVX-512 Xeons) is then load-bound, and 14 columns ran
-    1.1-1.2x faster there. A partial last tile spills likewise. None when no such divisor
-    reaches 4 columns."""
+    starts, the row buffer's stores); a core with two FMA pipes at the width (AVX-512
+    Xeons) is then load-bound and keeps the narrower tile. A partial last tile spills
+    likewise. None when no such divisor reaches 4 columns."""
     if one_fma_a_cycle and regs >= WIDE_CONV_COLUMNS + 4 and ow % WIDE_CONV_COLUMNS == 0:
         return WIDE_CONV_COLUMNS
-    ok = [d for d in range(1, min(ow, regs // 2) + 1) if ow % d == 0]
-    best = max(ok, key=lambda d: (min(d, LATENCY_ACCUMULATORS), d), default=None)
-    return best if best is not None and best >= 4 else None
+    fits = tile_columns(ow, regs)
+    return fits[-1] if fits else None
 
 
 WIDE_CONV_COLUMNS = 28
@@ -170,7 +168,7 @@ def default_schedule(out: tl.Tensor, kind: str, work: int, fresh=None,
             st.parallel(axes[0])
         return s
     except ScheduleError as e:
-        # never silent: the declared loop nest can be 200x slower. TL_STRICT=1 (set by the
+        # never silent: the declared loop nest can be far slower. TL_STRICT=1 (set by the
         # test suite) makes it an error, so a refusal fails the tests that meet it.
         what = (f"executor: the default {kind} schedule of {out.name} "
                 f"{tuple(int(x.value) for x in out.shape)} was refused ({e})")
@@ -216,9 +214,9 @@ def _vector_reduce(s: tl.Schedule, lanes: int, parallel: bool,
     `rows_of` (softmax, log-softmax, fused row groups such as layer norm): the row
     statistics (max, sum, mean) and per-row values whose leading axes are the output's are
     computed inside the output's row loop (its leading axes, fused), so each row is read
-    from memory once and its passes run in the cache (softmax 4096 x 1024: 7.7 -> 12+ GB/s
-    on 2 cores). A row of an intermediate value (softmax's exponentials) is kept per row
-    when it fits ROW_BUFFER_BYTES or when recomputing it would not be cheap."""
+    from memory once and its passes run in the cache (`schedule.recipes.compute_at_rows`).
+    A row of an intermediate value (softmax's exponentials) is kept per row when it fits
+    ROW_BUFFER_BYTES or when recomputing it would not be cheap."""
     from ..ir.expr import Var
     from ..ir.visit import walk
 
@@ -253,9 +251,7 @@ def _vector_reduce(s: tl.Schedule, lanes: int, parallel: bool,
         spatial = list(st.op.axis)
         if red and spatial and isinstance(last, Var) and last.name == spatial[-1].var.name and \
                 int(t.shape[-1].value) >= lanes:
-            jo, ji = st.split(spatial[-1], factor=lanes)
-            st.reorder(*spatial[:-1], jo, *red, ji)
-            st.vectorize(ji)
+            vectors_inside_reduction(st, lanes)
         elif red and isinstance(last, Var) and last.name == red[-1].var.name and \
                 int(red[-1].extent.value) >= 2 * lanes and _combiner(st) not in MINMAX_COMBINERS:
             _vector_sum(s, st, red[-1], lanes, spatial)
@@ -272,8 +268,8 @@ def _vector_reduce(s: tl.Schedule, lanes: int, parallel: bool,
         if parallel and st.state.loops[0].kind is not LoopKind.VECTORIZED and \
                 not outer.name.startswith(tuple(r.var.name for r in red)):
             st.parallel(outer)
-    for st in reversed(attach):     # readers first: a stage's readers are inside already
-        st.compute_at(s[rows_of], row_loop)
+    if attach:
+        compute_at_rows(attach, s[rows_of], row_loop)
 
 
 SUM_CHAINS = 2   # independent vector partial sums a sum along memory keeps (see below)
@@ -281,15 +277,12 @@ SUM_CHAINS = 2   # independent vector partial sums a sum along memory keeps (see
 
 def _vector_sum(s: tl.Schedule, st, k, lanes: int, spatial: list) -> None:
     """The sum of stage `st` over its reduce axis `k` (along memory) as SUM_CHAINS vectors
-    of partial sums (`autoschedule.sample.vector_sum`). One vector of partial sums waits an
-    add's latency (3-4 cycles) a vector, where the core could start two a cycle: layer
-    norm's two row sums held most of its time on Zen 5 (4096 x 1024 rows, two threads:
-    108 -> 128-156 GB/s with two chains, the same with the rows in L2, so the passes were
-    compute-bound). Four chains ran slower (75 GB/s): LLVM unrolls both passes of a
-    1024-column row completely and keeps the first pass's 64 loaded vectors for the
-    second, spilling them. A sum shorter than 2 * SUM_CHAINS vectors keeps one chain."""
-    from ..autoschedule.sample import vector_sum
-
+    of partial sums (`schedule.recipes.vector_sum`). One vector of partial sums waits an
+    add's latency (3-4 cycles) a vector, where the core could start two a cycle: with two
+    independent chains a compute-bound row sum (layer norm's) keeps the adds busy. Four
+    chains are slower: LLVM unrolls both passes of a long row completely and keeps the
+    first pass's loaded vectors for the second, spilling them. A sum shorter than
+    2 * SUM_CHAINS vectors keeps one chain."""
     chains = SUM_CHAINS if int(k.extent.value) >= 2 * SUM_CHAINS * lanes else 1
     vector_sum(s, st, k, lanes, chains, place=bool(spatial))
 
@@ -322,13 +315,9 @@ def _block_matmul(s: tl.Schedule, mm: tl.Tensor, out: tl.Tensor, parallel: bool)
             (b_bytes > l2 // 2 or not _rows_of_b_along_j(mm, B)):
         # B in panels of the tile's width (TVM's and Halide's packed B): the k loop then
         # reads one contiguous run per k instead of a row n floats away. A B read along
-        # its rows that fits half the L2 is read in place (the copy cost more than it
-        # saved; at 512^3 on a 2-core Zen 4 with 1 MiB L2 — B is the whole L2 — packed by
-        # blocks now runs 224-227 GFLOPS, in place 221-225). A larger one
-        # read in place walks B's rows through few cache sets and misses even in an L2
-        # that could hold it (2-core Xeon, 2 MiB L2, unpacked against packed, in one
-        # process: 640^3 63 against 193 GFLOPS, 720^3 51 against 184, 1024^3 67-90
-        # against 190-300).
+        # its rows that fits half the L2 is read in place (there the copy costs about what
+        # it saves). A larger one read in place walks B's rows through few cache sets and
+        # misses even in an L2 that could hold it.
         packed = s.pack(B, len(B.shape) - 1, nv * lanes, readers=[s[mm]])
     local = s.cache_write(mm, "local")
     if mm is not out:
@@ -336,15 +325,11 @@ def _block_matmul(s: tl.Schedule, mm: tl.Tensor, out: tl.Tensor, parallel: bool)
     st = s[out]
     axes = list(st.op.axis)
     nb = len(axes) - 2
-    io, jo, ii, ji = st.tile(axes[-2], axes[-1], mr, nv * lanes)
-    jio, jii = st.split(ji, factor=lanes)
-    st.vectorize(jii)
+    io, jo, _, _ = vector_tile(st, axes[-2], axes[-1], mr, nv, lanes)
     # Packed B larger than half the L2 goes in blocks of panels that fit it, outermost:
     # every row tile reads the block from L2 and A streams (once per block). With the row
-    # tiles outermost each row tile read all of B from the last-level cache, as fast as
-    # that cache is: on a 32 MiB Zen 4 L3 only B larger than the L3 lost (4096^3: 96
-    # against 213 GFLOPS), on a Xeon VM's shared L3 every B did (1024^3 packed: 120-160
-    # against 170-300 GFLOPS with the panels outermost, 2048^3 90 against 200-300).
+    # tiles outermost each row tile reads all of B from the last-level cache, as fast as
+    # that cache is: slower where B does not fit it or where the cache is shared.
     panel_bytes = k * nv * lanes * item
     per_block = max(1, l2 // 2 // panel_bytes)
     blocked = packed is not None and nb == 0 and b_bytes > l2 // 2
@@ -355,11 +340,9 @@ def _block_matmul(s: tl.Schedule, mm: tl.Tensor, out: tl.Tensor, parallel: bool)
         # The blocks in parallel, each packing its own panels, when A has few rows (A
         # streams again per block, cheap then) or when the blocks share evenly among the
         # threads. With the row tiles in parallel instead, every thread reads every panel,
-        # half of them just packed by the other thread and fetched from that core's cache:
-        # 512^3 on a 2-core Zen 4, one process, in turn: 224-226 GFLOPS by blocks against
-        # 186-192 by row tiles (and 221-225 with B read in place); 1024^3, 2048^3, 4096^3
-        # level or better (208-226 against 198-224). Uneven blocks stay by row tiles:
-        # 127x781x253 (a last panel of 13 columns) ran 136 by blocks against 154.
+        # half of them just packed by the other thread and fetched from that core's cache.
+        # Uneven blocks (a partial last panel, or a count the threads do not divide) stay
+        # by row tiles: there the last block leaves threads idle.
         panels, part = divmod(n, nv * lanes)
         even = [b for b in range(per_block, (per_block - 1) // 2, -1)   # down to half
                 if panels % b == 0 and panels // b % threads == 0] if part == 0 else []
@@ -370,15 +353,7 @@ def _block_matmul(s: tl.Schedule, mm: tl.Tensor, out: tl.Tensor, parallel: bool)
     if blocked:
         jb, jo = st.split(jo, factor=per_block)
         st.reorder(jb, io, jo)
-    s[local].compute_at(st, jo)
-    lt = s[local]
-    *lb, li, lj = lt.op.axis
-    (lk,) = lt.op.reduce_axis
-    ljo, lji = lt.split(lj, factor=lanes)
-    lt.reorder(*lb, lk, li, ljo, lji)
-    lt.unroll(li)
-    lt.unroll(ljo)
-    lt.vectorize(lji)
+    accumulate_in_registers(s, local, st, jo, -2, lanes)
     if parallel:
         batch = next((a for a, e in zip(axes[:nb], out.shape[:nb]) if int(e.value) > 1), None)
         st.parallel(batch if batch is not None else jb if by_blocks else io)
@@ -387,8 +362,8 @@ def _block_matmul(s: tl.Schedule, mm: tl.Tensor, out: tl.Tensor, parallel: bool)
         s[packed].vectorize(s[packed].split(pa[-1], factor=lanes)[1])
         if blocked:
             # each block packed just before its row tiles read it (it stays in L2):
-            # packing all of B first wrote and re-read 64 MiB at 4096^2, as long as the
-            # multiply itself when A has few rows (127x4096x4096: 97 -> 193 GFLOPS)
+            # packing all of B first writes and re-reads all of B, as long as the multiply
+            # itself when A has few rows
             s[packed].compute_at(st, jb)
             if per_block < 2 * threads:     # a block of few panels: k in parallel
                 s[packed].reorder(pa[1], pa[0])
@@ -432,18 +407,10 @@ def _block_conv(s: tl.Schedule, conv: tl.Tensor, out: tl.Tensor, parallel: bool)
     if conv is not out:
         s[conv].compute_inline()                # the copy-out stage: out reads the tile
     st = s[out]
-    n, o, i, j = st.op.axis
-    oo, jo, oi, ji = st.tile(o, j, mr, nv * lanes)
-    st.reorder(n, oo, i, jo, oi, ji)
-    st.vectorize(st.split(ji, factor=lanes)[1])
-    s[local].compute_at(st, jo)
-    lt = s[local]
-    ln, lo, li, lj = lt.op.axis
-    ljo, lji = lt.split(lj, factor=lanes)
-    lt.reorder(ln, li, *lt.op.reduce_axis, lo, ljo, lji)
-    lt.unroll(lo)
-    lt.unroll(ljo)
-    lt.vectorize(lji)
+    n, o, i, j = names(st.op.axis)
+    oo, jo, _, _ = vector_tile(st, o, j, mr, nv, lanes,
+                               order=(n, f"{o}.outer", i, f"{j}.outer", f"{o}.inner", f"{j}.inner"))
+    accumulate_in_registers(s, local, st, jo, 1, lanes)
     if parallel:
         st.parallel(oo)
 
@@ -465,8 +432,8 @@ def _blocked_conv_stage(conv: tl.Tensor) -> tl.Tensor | None:
 def _padded_input_stage(s: tl.Schedule, st, lanes: int, parallel: bool,
                         rows_first: bool = False) -> None:
     """The padded copy of the input: vectors along its rows (rows of at least a vector),
-    the rest fused in parallel. (Rows narrower than two vectors were left as declared, a
-    serial copy: 3% of a 28^2 128->128 conv.) `rows_first` (an NCHW input whose conv runs
+    the rest fused in parallel (a row narrower than a vector too: left as declared, the
+    copy would run serially). `rows_first` (an NCHW input whose conv runs
     its output rows in parallel): the rows (n, h) in parallel with the channels inside,
     so that each thread pads the rows its own output rows read (`_rows_first`)."""
     pa = st.op.axis
@@ -485,9 +452,7 @@ def _rows_first(weight_bytes: int) -> bool:
     the channel blocks outermost each thread reads every row of the padded input, half of
     it just written by the other thread and fetched from that core's cache. With the rows
     outermost each thread reads the rows it padded itself (and the halo), but it cycles
-    through all the weights per row: worth it while they fit half the L2. Measured in one
-    process, in turn (2-core Zen 4, 56^2 64->64, 147 KiB of weights): 211-213 against
-    205-207 GFLOPS; `tensorlang bench` 209.7 against 203.5 (Halide 212)."""
+    through all the weights per row: worth it while they fit half the L2."""
     return weight_bytes <= _host().cache_bytes[1] // 2
 
 
@@ -542,15 +507,12 @@ def _block_conv_channels(s: tl.Schedule, conv: tl.Tensor, blocked: tl.Tensor,
         st.vectorize(ki)
         if parallel:
             st.parallel(rows)
-        s[blocked].compute_at(st, jo)
-        tile = s[blocked]
+        tile, at_stage, at = s[blocked], st, jo
     else:
         # several tiles per row: the row (ow x block, in L1) is computed tile by tile, then
         # written a channel at a time in vectors along the row, a strided read of the row
-        # (a gather from L1) instead of a scatter per column. Measured in one process,
-        # alternating (2-core Zen 4): 56^2 64->64 scatter 206-208, row 208-211 GFLOPS;
-        # with one tile per row the copy costs more (28^2 128->128: 207-214 against
-        # 202-209), so that keeps the scatter
+        # (a gather from L1) instead of a scatter per column. With one tile per row the
+        # copy costs more than the scatter it replaces, so that keeps the scatter
         local = s.cache_write(blocked, "local")
         if rows_first:
             st.reorder(n, i, ko, ki, j)
@@ -565,12 +527,9 @@ def _block_conv_channels(s: tl.Schedule, conv: tl.Tensor, blocked: tl.Tensor,
         bt = s[blocked]
         bjo, _ = bt.split(bt.op.axis[3], factor=rn)
         bt.vectorize(bt.op.axis[4])
-        s[local].compute_at(bt, bjo)
-        tile = s[local]
-    a, b, c, d, e = tile.op.axis
-    tile.reorder(a, b, c, *red, d, e)
-    tile.unroll(d)
-    tile.vectorize(e)
+        tile, at_stage, at = s[local], bt, bjo
+    a, b, c, d, e = names(tile.op.axis)
+    accumulate_channels(tile, at_stage, at, (a, b, c), d, e)
 
 
 def _window_schedule(s: tl.Schedule, out: tl.Tensor, parallel: bool) -> None:
@@ -582,12 +541,8 @@ def _window_schedule(s: tl.Schedule, out: tl.Tensor, parallel: bool) -> None:
     for st in list(s.stages):
         if st.inlined or st.state.attach is not None or not st.op.axis:
             continue
-        spatial = list(st.op.axis)
-        red = list(st.op.reduce_axis)
-        outer = spatial[:-1]
+        outer = list(st.op.axis)[:-1]
         if int(st.op.output.shape[-1].value) >= 2 * lanes:
-            jo, ji = st.split(spatial[-1], factor=lanes)
-            st.reorder(*outer, jo, *red, ji)
-            st.vectorize(ji)
+            vectors_inside_reduction(st, lanes)
         if parallel and outer:
             st.parallel(st.fuse(*outer) if len(outer) > 1 else outer[0])
