@@ -14,6 +14,7 @@ import tensorlang as tl
 
 from . import shapes as S
 from .node import Node
+from ..config import debug_print
 from . import api
 from .ops import _elementwise, _read, _unbroadcast
 from .registry import register_op
@@ -146,8 +147,13 @@ def conv(x, w, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), groups: int 
     if groups == 1 and dilations == (1, 1) and strides[0] == strides[1] and \
             len(set(pads)) == 1:
         return api.conv2d(x, w, stride=strides[0], padding=pads[0])
+    # the general form has the window schedule only (vectors along the output rows, no
+    # register tiles): many times slower than conv2d's; said where a user looks for it
+    debug_print(1, f"conv: groups={groups}, strides={strides}, pads={pads}, dilations="
+                   f"{dilations} take the general convolution's window schedule, not "
+                   "conv2d's register tiles")
     return api.make("conv", (x, w), strides=strides, pads=pads, dilations=dilations,
-                     groups=groups)
+                    groups=groups)
 
 
 # ------------------------------------------------------------- pooling with padding
