@@ -207,7 +207,7 @@ def _cases(ops=None):
     return [pytest.param(c, id=c.name) for c in in_scope_cases(ops)]
 
 
-@pytest.mark.parametrize("case", _cases(SAMPLE_OPS)[::8])
+@pytest.mark.parametrize("case", _cases(SAMPLE_OPS)[::16])
 def test_onnx_node_cases_sample(case):
     kind, detail = run_case(case)
     assert kind in ("match", "refused"), f"{case.name}: {kind}: {detail}"
