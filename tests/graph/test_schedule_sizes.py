@@ -296,6 +296,33 @@ def test_conv_block_takes_the_channel_blocked_form_where_it_measured_faster(
     assert CS.conv_block(out_shape, w_shape, "float32", target) == want
 
 
+def _conv_case(batch, n, c, k, epilogue, stride=1, padding=1):
+    """A conv2d (and, with `epilogue`, bias + relu) node and its Variables."""
+    x = G.Variable("x", (batch, c, n, n), "float32")
+    w = G.Variable("w", (k, c, 3, 3), "float32")
+    b = G.Variable("b", (k, 1, 1), "float32")
+    node = G.conv2d(x, w, stride=stride, padding=padding)
+    if epilogue:
+        node = G.relu(node + b)
+    return node, (x, w, b)
+
+
+def _check_conv_case(node, variables, epilogue, rng, stride=1, padding=1):
+    """Run `_conv_case`'s node on random inputs against numpy's conv2d."""
+    from tensorlang.graph.nnops import conv2d_ref
+
+    x, w, b = variables
+    xv = rng.standard_normal(x.shape).astype("f4")
+    wv = rng.standard_normal(w.shape).astype("f4")
+    bv = rng.standard_normal(b.shape).astype("f4")
+    feed = {x: xv, w: wv, b: bv} if epilogue else {x: xv, w: wv}
+    (got,) = G.Executor([node]).run(feed)
+    want = conv2d_ref(xv.astype("f8"), wv.astype("f8"), stride, padding)
+    if epilogue:
+        want = np.maximum(want + bv, 0)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * math.sqrt(x.shape[1] * 9))
+
+
 @pytest.mark.parametrize("n,c,k,stride,padding,epilogue", [
     (14, 32, 32, 1, 1, False), (14, 32, 32, 1, 1, True), (16, 32, 48, 2, 1, True),
     (7, 48, 16, 1, 0, False), (28, 32, 16, 1, 1, True)])
@@ -303,17 +330,7 @@ def test_channel_blocked_conv2d_matches_numpy(n, c, k, stride, padding, epilogue
     """The executor's NCHW[x]c conv (weights packed by vectors of output channels, a tile
     of columns x channels in registers, bias + relu applied on the way out) against numpy,
     in a batch of 2; the schedule is the blocked one whenever conv_block chooses it."""
-    from tensorlang.graph.nnops import conv2d_ref
-
-    x = G.Variable("x", (2, c, n, n), "float32")
-    w = G.Variable("w", (k, c, 3, 3), "float32")
-    b = G.Variable("b", (k, 1, 1), "float32")
-    node = G.conv2d(x, w, stride=stride, padding=padding)
-    if epilogue:
-        node = G.relu(node + b)
-    xv = rng.standard_normal((2, c, n, n)).astype("f4")
-    wv = rng.standard_normal((k, c, 3, 3)).astype("f4")
-    bv = rng.standard_normal((k, 1, 1)).astype("f4")
+    node, variables = _conv_case(2, n, c, k, epilogue, stride, padding)
     oh = (n + 2 * padding - 3) // stride + 1
     blocked = CS.conv_block((2, k, oh, oh), (k, c, 3, 3), "float32") is not None
     (group, s), = [g for g in E.default_schedules([node], schedules="hand")
@@ -321,12 +338,7 @@ def test_channel_blocked_conv2d_matches_numpy(n, c, k, stride, padding, epilogue
     assert blocked == any(st.op.name == "conv_blocked" for st in s.stages)
     if LANES == 16:     # AVX-512: each of these sizes takes the blocked form
         assert blocked
-    feed = {x: xv, w: wv, b: bv} if epilogue else {x: xv, w: wv}
-    (got,) = G.Executor([node]).run(feed)
-    want = conv2d_ref(xv.astype("f8"), wv.astype("f8"), stride, padding)
-    if epilogue:
-        want = np.maximum(want + bv, 0)
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * math.sqrt(c * 9))
+    _check_conv_case(node, variables, epilogue, rng, stride, padding)
 
 
 @pytest.mark.parametrize("wide", [False, True])
@@ -337,29 +349,14 @@ def test_channel_blocked_conv2d_with_the_wide_tile_matches_numpy(
     """The 28-column tile (a core with one FMA a cycle at the width, `conv_columns`), on
     any host: one tile per row (28), two (56), and a width it does not divide (29: the
     usual rule's tile)."""
-    from tensorlang.graph.nnops import conv2d_ref
-
     monkeypatch.setattr(CS, "_one_fma_a_cycle", lambda t, dtype: wide)
     monkeypatch.setattr(E, "_KERNELS", type(E._KERNELS)())
-    x = G.Variable("x", (1, c, n, n), "float32")
-    w = G.Variable("w", (k, c, 3, 3), "float32")
-    b = G.Variable("b", (k, 1, 1), "float32")
-    node = G.conv2d(x, w, padding=1)
-    if epilogue:
-        node = G.relu(node + b)
+    node, variables = _conv_case(1, n, c, k, epilogue)
     regs = CS._host().vector_registers
     want_cols = 28 if wide and n % 28 == 0 and regs >= 32 else None
     if want_cols is not None and LANES == 16:
         assert CS.conv_block((1, k, n, n), (k, c, 3, 3), "float32") == (16, 28)
-    xv = rng.standard_normal((1, c, n, n)).astype("f4")
-    wv = rng.standard_normal((k, c, 3, 3)).astype("f4")
-    bv = rng.standard_normal((k, 1, 1)).astype("f4")
-    feed = {x: xv, w: wv, b: bv} if epilogue else {x: xv, w: wv}
-    (got,) = G.Executor([node]).run(feed)
-    want = conv2d_ref(xv.astype("f8"), wv.astype("f8"), 1, 1)
-    if epilogue:
-        want = np.maximum(want + bv, 0)
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * math.sqrt(c * 9))
+    _check_conv_case(node, variables, epilogue, rng)
 
 
 @pytest.mark.parametrize("n,c,k,epilogue", [(14, 32, 32, True), (28, 32, 16, False),
@@ -372,7 +369,6 @@ def test_channel_blocked_conv2d_runs_rows_first_while_its_weights_fit_half_the_l
     padded itself — while all the packed weights fit half the L2; else (batch, channel
     blocks, rows) keeps a block's weights in the L2 across the rows. Both against numpy."""
     import tensorlang.target as T
-    from tensorlang.graph.nnops import conv2d_ref
 
     monkeypatch.setenv("TL_NUM_THREADS", "2")
     # an AVX-512 target whatever the host (znver4 is not the host on a Zen 5, so its caches
@@ -380,12 +376,7 @@ def test_channel_blocked_conv2d_runs_rows_first_while_its_weights_fit_half_the_l
     monkeypatch.setattr(T.Target, "cache_bytes", property(lambda t: (32 << 10, l2, 32 << 20)))
     monkeypatch.setattr(CS, "_host", lambda: tl.Target.parse("llvm -mcpu=znver4"))
     E._KERNELS.clear()
-    x = G.Variable("x", (2, c, n, n), "float32")
-    w = G.Variable("w", (k, c, 3, 3), "float32")
-    b = G.Variable("b", (k, 1, 1), "float32")
-    node = G.conv2d(x, w, padding=1)
-    if epilogue:
-        node = G.relu(node + b)
+    node, variables = _conv_case(2, n, c, k, epilogue)
     (group, s), = [g for g in E.default_schedules([node], schedules="hand")
                    if g[0][-1].op != "variable"]
     out = next(st for st in s.stages if any(st.op.output is o for o in s.outputs))
@@ -400,12 +391,5 @@ def test_channel_blocked_conv2d_runs_rows_first_while_its_weights_fit_half_the_l
     pad_first = xpad.state.loops[0]
     assert pad_first.kind.name == "PARALLEL"
     assert pad_first.name.startswith(f"{pad_axes[0]}.{pad_axes[2] if rows_first else pad_axes[1]}")
-    xv = rng.standard_normal((2, c, n, n)).astype("f4")
-    wv = rng.standard_normal((k, c, 3, 3)).astype("f4")
-    bv = rng.standard_normal((k, 1, 1)).astype("f4")
-    (got,) = G.Executor([node]).run({x: xv, w: wv, b: bv} if epilogue else {x: xv, w: wv})
-    want_v = conv2d_ref(xv.astype("f8"), wv.astype("f8"), 1, 1)
-    if epilogue:
-        want_v = np.maximum(want_v + bv, 0)
-    np.testing.assert_allclose(got, want_v, rtol=1e-4, atol=1e-4 * math.sqrt(c * 9))
+    _check_conv_case(node, variables, epilogue, rng)
     E._KERNELS.clear()
