@@ -14,40 +14,55 @@ import os
 import subprocess
 import tempfile
 
-import numpy as np
-
 from .backends.abi import Status
+from .backends.runtime import bind_arguments
 from .errors import TensorlangError
 
 SIGNATURE_SYMBOL = "tensorlang_signature"
 
 
-def signature(lowered) -> dict:
-    """The kernel's calling convention as JSON-able data: its arguments in order (tensors
-    and scalars), each tensor's dtype and shape (ints, or the name of a size parameter where
-    a dimension is one), the int64 parameters after the pointers."""
-    from .ir.expr import Const, Var
+_OPS = ("Add", "Sub", "Mul", "FloorDiv", "FloorMod", "Min", "Max")
 
-    params = [p.name for p in lowered.params]
-    bufs = []
-    for b in lowered.buffers:
-        dims = []
-        for d in b.shape:
-            if isinstance(d, Const):
-                dims.append(int(d.value))
-            elif isinstance(d, Var) and d.name in params:
-                dims.append(d.name)
-            else:
-                dims.append(str(d))          # an expression: checked by the kernel itself
-        bufs.append({"name": b.name, "dtype": str(b.dtype), "shape": dims})
+
+def _encode(e) -> object:
+    """A size expression as JSON data: an int, {"var": name}, or {"op": ..., "a", "b"}."""
+    from .ir import expr as E
+
+    if isinstance(e, E.Const):
+        return int(e.value)
+    if isinstance(e, E.Var):
+        return {"var": e.name, "dtype": str(e.dtype)}
+    if type(e).__name__ in _OPS:
+        return {"op": type(e).__name__, "a": _encode(e.a), "b": _encode(e.b)}
+    raise TensorlangError(f"export_library: the size expression {e} of an argument is not "
+                          f"one a library records (sizes, constants and {', '.join(_OPS)})")
+
+
+def _decode(d):
+    from .ir import expr as E
+    from .ir.dtype import DType, int64
+
+    if isinstance(d, int):
+        return E.Const(d, int64)
+    if "var" in d:
+        return E.Var(d["var"], DType(d["dtype"]))
+    return getattr(E, d["op"])(_decode(d["a"]), _decode(d["b"]))
+
+
+def signature(module) -> dict:
+    """The kernel's calling convention as JSON data: per argument a tensor (its buffer's
+    name, dtype and shape) or a scalar (a tl.var), the int64 parameters after the pointers,
+    and the arguments the kernel writes — what `bind_arguments` checks a call against."""
+    low = module.lowered
     args = []
-    for a in lowered.args:
-        if isinstance(a, Var):
-            args.append({"scalar": a.name})
+    for buf, sv in zip(module._buffers, module._scalars):
+        if sv is not None:
+            args.append({"scalar": sv.name, "dtype": str(sv.dtype)})
         else:
-            args.append({"tensor": len([x for x in args if "tensor" in x])})
-    return {"version": 1, "name": lowered.name, "buffers": bufs, "params": params,
-            "args": args}
+            args.append({"tensor": buf.name, "dtype": str(buf.dtype),
+                         "shape": [_encode(d) for d in buf.shape]})
+    return {"version": 1, "name": low.name, "args": args,
+            "params": [_encode(p) for p in low.params], "written": sorted(module.written)}
 
 
 def export(module, path: str) -> None:
@@ -57,7 +72,7 @@ def export(module, path: str) -> None:
                               f"this kernel is built for {module.target} (save its .o and "
                               "link it with that target's toolchain)")
     cc = os.environ.get("CC", "cc")
-    sig = json.dumps(signature(module.lowered))
+    sig = json.dumps(signature(module))
     with tempfile.TemporaryDirectory() as d:
         obj = os.path.join(d, "kernel.o")
         with open(obj, "wb") as f:
@@ -96,52 +111,28 @@ class LoadedModule:
         self.signature = sig
         self.name = sig["name"]
         self.entry_name = self.name
+        from .ir.dtype import DType
+        from .ir.expr import Var
+        from .ir.stmt import Buffer
+
+        self._buffers = [None if "scalar" in a else Buffer(
+            a["tensor"], tuple(_decode(d) for d in a["shape"]), DType(a["dtype"]))
+            for a in sig["args"]]
+        self._scalars = [Var(a["scalar"], DType(a["dtype"])) if "scalar" in a else None
+                         for a in sig["args"]]
+        self._params = [_decode(p) for p in sig["params"]]
+        self._written = set(sig["written"])
         fn = getattr(self.lib, self.name)
         fn.restype = ctypes.c_int32
-        fn.argtypes = [ctypes.c_void_p] * len(sig["buffers"]) + \
-            [ctypes.c_int64] * len(sig["params"])
+        fn.argtypes = [ctypes.c_void_p] * sum(b is not None for b in self._buffers) + \
+            [ctypes.c_int64] * len(self._params)
         self._fn = fn
 
     def __call__(self, *args) -> None:
-        sig = self.signature
-        if len(args) != len(sig["args"]):
-            raise TensorlangError(f"{self.name}: expected {len(sig['args'])} arguments, got "
-                                  f"{len(args)}")
-        values: dict[str, int] = {}
-        ptrs = []
-        for k, (a, spec) in enumerate(zip(args, sig["args"])):
-            if "scalar" in spec:
-                if isinstance(a, bool) or not isinstance(a, (int, np.integer)):
-                    raise TensorlangError(f"{self.name}: argument {k} ({spec['scalar']}) must "
-                                          f"be an int, got {type(a).__name__}")
-                values[spec["scalar"]] = int(a)
-                continue
-            b = sig["buffers"][spec["tensor"]]
-            if not isinstance(a, np.ndarray):
-                raise TensorlangError(f"{self.name}: argument {k} ({b['name']}) must be a "
-                                      f"numpy array, got {type(a).__name__}")
-            if str(a.dtype) != b["dtype"]:
-                raise TensorlangError(f"{self.name}: argument {k} ({b['name']}): expected "
-                                      f"dtype {b['dtype']}, got {a.dtype}")
-            if a.ndim != len(b["shape"]) or not a.flags.c_contiguous:
-                raise TensorlangError(f"{self.name}: argument {k} ({b['name']}): expected a "
-                                      f"C-contiguous array of {len(b['shape'])} dimensions "
-                                      f"{b['shape']}, got shape {a.shape}")
-            for d, (want, got) in enumerate(zip(b["shape"], a.shape)):
-                if isinstance(want, int) and want != got:
-                    raise TensorlangError(f"{self.name}: argument {k} ({b['name']}), "
-                                          f"dimension {d}: expected {want}, got {got}")
-                if isinstance(want, str) and want in sig["params"]:
-                    if values.setdefault(want, got) != got:
-                        raise TensorlangError(f"{self.name}: size {want} is {values[want]} "
-                                              f"elsewhere but {got} in argument {k} "
-                                              f"({b['name']}), dimension {d}")
-            ptrs.append(a.ctypes.data)
-        missing = [p for p in sig["params"] if p not in values]
-        if missing:
-            raise TensorlangError(f"{self.name}: cannot tell the size(s) {missing} from the "
-                                  "arguments' shapes")
-        status = self._fn(*ptrs, *[values[p] for p in sig["params"]])
+        # the same checks and binding as a built module's call (`backends.runtime`)
+        ptrs, values, _ = bind_arguments(self._buffers, self._scalars, self._params,
+                                         self._written, args)
+        status = self._fn(*ptrs, *values)
         if status != Status.OK:
             what = {Status.NO_MEMORY: "a temporary buffer could not be allocated",
                     Status.BAD_SIZES: "these sizes would read outside a tensor",

@@ -136,9 +136,9 @@ m = tl.load_module({str(path)!r})
 for rows in (1, 3, 97):
     a = np.arange(rows * 16, dtype="f4").reshape(rows, 16); b = np.zeros_like(a)
     m(a, 5, b); assert np.array_equal(b, a * 2 + 5)
-for args, msg in (((a, 5, np.zeros((4, 16), "f4")), "size n"),
+for args, msg in (((a, 5, np.zeros((4, 16), "f4")), "n = 97"),
                   ((a, 5, b.astype("f8")), "dtype float32"),
-                  ((a, 5.0, b), "must be an int"), ((a, b), "expected 3 arguments")):
+                  ((a, 5.0, b), "expected an int"), ((a, b), "expected 3 arguments")):
     try:
         m(*args)
     except tl.TensorlangError as e:
@@ -153,3 +153,17 @@ print("ok")
     bad.write_bytes(b"not a library")
     with pytest.raises(tl.TensorlangError, match="cannot load"):
         tl.load_module(str(bad))
+
+
+def test_a_library_checks_sizes_given_as_expressions(tmp_path):
+    n = tl.var("n")
+    A = tl.placeholder((n + 2,), name="A")
+    B = tl.compute((n,), lambda i: A[i] + A[i + 2], name="B")
+    f = tl.build(tl.create_schedule(B), [A, B], name="window")
+    f.export_library(str(tmp_path / "w.so"))
+    m = tl.load_module(str(tmp_path / "w.so"))
+    a, b = np.arange(9, dtype="f4"), np.zeros(7, "f4")
+    m(a, b)
+    np.testing.assert_array_equal(b, a[:-2] + a[2:])
+    with pytest.raises(tl.TensorlangError, match="n \\+ 2 = 9"):
+        m(np.zeros(8, "f4"), b)
