@@ -10,13 +10,9 @@ import numpy as np
 
 
 def _median_time(fn, reps: int) -> float:
-    fn()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return sorted(ts)[len(ts) // 2]
+    from .testing import benchmark
+
+    return benchmark(fn, number=1, repeat=reps).median
 
 
 def demo(size: int, reps: int) -> int:

@@ -15,7 +15,8 @@ from .errors import TensorlangError
 @dataclass(frozen=True)
 class BenchmarkResult:
     """The seconds a call, one mean per round (`results`), and their statistics (TVM's
-    `time_evaluator` result has the same fields)."""
+    `time_evaluator` result has the same fields); `number`: the calls a round took at most
+    (more than asked where `min_repeat_ms` lengthened a round)."""
 
     results: tuple[float, ...]
     number: int
@@ -73,7 +74,7 @@ def benchmark(fn, *args, number: int | None = None, repeat: int = 5,
         fn(*args)
         one = max(time.perf_counter() - t0, 1e-7)
         number = max(1, int(0.01 / one))
-    results = []
+    results, counts = [], []
     for _ in range(repeat):
         n = number
         while True:
@@ -85,4 +86,5 @@ def benchmark(fn, *args, number: int | None = None, repeat: int = 5,
                 break
             n = max(n + 1, int(n * min_repeat_ms / max(dt * 1e3, 1e-3) * 1.1))
         results.append(dt / n)
-    return BenchmarkResult(tuple(results), number)
+        counts.append(n)
+    return BenchmarkResult(tuple(results), max(counts))

@@ -186,14 +186,10 @@ def _clip(ctx, n, ins, a):
     lo = a.get("min") if ctx.opset < 11 else (ins[1] if len(ins) > 1 else None)
     hi = a.get("max") if ctx.opset < 11 else (ins[2] if len(ins) > 2 else None)
     if lo is not None:
-        x = M.maximum(x, _node(np.asarray(lo, _np(x))) if not isinstance(lo, Node) else lo)
+        x = M.maximum(x, lo if isinstance(lo, Node) else _node(np.asarray(lo, x.dtype)))
     if hi is not None:
-        x = M.minimum(x, _node(np.asarray(hi, _np(x))) if not isinstance(hi, Node) else hi)
+        x = M.minimum(x, hi if isinstance(hi, Node) else _node(np.asarray(hi, x.dtype)))
     return [x]
-
-
-def _np(x) -> str:
-    return x.dtype
 
 
 _COMPARE = {"Less": "less", "Greater": "greater", "LessOrEqual": "less_equal",

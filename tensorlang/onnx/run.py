@@ -10,16 +10,14 @@ import numpy as np
 
 from ..errors import TensorlangError
 from ..graph.executor import Executor
+from .dtypes import _TYPES
 from .importer import import_model, load_model
-
-_NP = {1: np.float32, 11: np.float64, 7: np.int64, 6: np.int32, 9: np.bool_}
-
 
 def _random_input(vi, rng) -> np.ndarray:
     tt = vi.type.tensor_type
     shape = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1
              for d in tt.shape.dim]
-    dtype = _NP.get(tt.elem_type, np.float32)
+    dtype = _TYPES[tt.elem_type][0] if tt.elem_type in _TYPES else "float32"
     if np.dtype(dtype).kind == "f":
         return rng.standard_normal(shape).astype(dtype)
     return rng.integers(0, 2, shape).astype(dtype)
