@@ -21,9 +21,8 @@ import numpy as np
 
 
 def bert_encoder(d=768, heads=12, ff=3072, seed=0):
-    """The BERT-style layer of tests/onnx (symbolic batch and sequence) at BERT-base size."""
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "onnx"))
-    from test_onnx_import import bert_layer
+    """The BERT-style layer (`tensorlang.onnx.zoo.bert_layer`) at BERT-base size."""
+    from tensorlang.onnx.zoo import bert_layer
 
     return bert_layer(np.random.default_rng(seed), d=d, heads=heads, ff=ff)
 

@@ -12,6 +12,7 @@ import tensorlang as tl  # noqa: E402
 import tensorlang.graph as G  # noqa: E402
 import tensorlang.onnx as TO  # noqa: E402
 from tensorlang.onnx.conformance import in_scope_cases, ours, run_case  # noqa: E402
+from tensorlang.onnx.zoo import bert_layer  # noqa: E402
 
 
 def _init(name, a):
@@ -90,56 +91,6 @@ def test_backend_runs_several_batch_sizes_from_one_prepare(rng):
         np.testing.assert_allclose(got, _ort(model, {"x": xv})[0], rtol=1e-4, atol=1e-6)
     (got,) = rep.run({"x": xv})
     assert got.shape == (2, 10)
-
-
-def bert_layer(rng, d=32, heads=4, ff=64):
-    """A BERT-style encoder layer with symbolic batch and sequence: attention (MatMul,
-    Reshape with shapes computed from Shape, Transpose, Softmax), residuals, LayerNorm, a
-    GELU feed-forward (Erf)."""
-    hd = d // heads
-    W = {k: _init(k, rng.standard_normal(s).astype("f4") * 0.2) for k, s in (
-        ("wq", (d, d)), ("wk", (d, d)), ("wv", (d, d)), ("wo", (d, d)), ("w1", (d, ff)),
-        ("w2", (ff, d)))}
-    B = {k: _init(k, rng.standard_normal(s).astype("f4") * 0.1) for k, s in (
-        ("bq", (d,)), ("b1", (ff,)), ("g1", (d,)), ("be1", (d,)), ("g2", (d,)), ("be2", (d,)))}
-    c = {"heads_shape": _init("heads_shape", np.array([heads, hd], np.int64)),
-         "zero": _init("zero", np.array([0], np.int64)),
-         "two": _init("two", np.array([2], np.int64)),
-         "dshape": _init("dshape", np.array([d], np.int64)),
-         "scale": _init("scale", np.array(1 / np.sqrt(hd), np.float32)),
-         "half": _init("half", np.array(0.5, np.float32)),
-         "one": _init("one", np.array(1.0, np.float32)),
-         "rsqrt2": _init("rsqrt2", np.array(1 / np.sqrt(2), np.float32))}
-    n = oh.make_node
-    nodes = [
-        n("Shape", ["x"], ["xs"]), n("Slice", ["xs", "zero", "two"], ["bs"]),
-        n("Concat", ["bs", "heads_shape"], ["hshape"], axis=0),
-        n("Concat", ["bs", "dshape"], ["dshape2"], axis=0),
-        n("MatMul", ["x", "wq"], ["q0"]), n("Add", ["q0", "bq"], ["q1"]),
-        n("MatMul", ["x", "wk"], ["k1"]), n("MatMul", ["x", "wv"], ["v1"]),
-        n("Reshape", ["q1", "hshape"], ["q2"]), n("Reshape", ["k1", "hshape"], ["k2"]),
-        n("Reshape", ["v1", "hshape"], ["v2"]),
-        n("Transpose", ["q2"], ["q"], perm=[0, 2, 1, 3]),
-        n("Transpose", ["k2"], ["kt"], perm=[0, 2, 3, 1]),
-        n("Transpose", ["v2"], ["v"], perm=[0, 2, 1, 3]),
-        n("MatMul", ["q", "kt"], ["s0"]), n("Mul", ["s0", "scale"], ["s1"]),
-        n("Softmax", ["s1"], ["p"], axis=-1), n("MatMul", ["p", "v"], ["a0"]),
-        n("Transpose", ["a0"], ["a1"], perm=[0, 2, 1, 3]),
-        n("Reshape", ["a1", "dshape2"], ["a2"]), n("MatMul", ["a2", "wo"], ["a3"]),
-        n("Add", ["a3", "x"], ["r1"]),
-        n("LayerNormalization", ["r1", "g1", "be1"], ["h1"], axis=-1, epsilon=1e-5),
-        n("MatMul", ["h1", "w1"], ["f0"]), n("Add", ["f0", "b1"], ["f1"]),
-        n("Mul", ["f1", "rsqrt2"], ["f2"]), n("Erf", ["f2"], ["f3"]),
-        n("Add", ["f3", "one"], ["f4"]), n("Mul", ["f1", "f4"], ["f5"]),
-        n("Mul", ["f5", "half"], ["f6"]), n("MatMul", ["f6", "w2"], ["f7"]),
-        n("Add", ["f7", "h1"], ["r2"]),
-        n("LayerNormalization", ["r2", "g2", "be2"], ["y"], axis=-1, epsilon=1e-5),
-    ]
-    g = oh.make_graph(nodes, "bert", [oh.make_tensor_value_info(
-        "x", TensorProto.FLOAT, ["batch", "seq", d])], [oh.make_tensor_value_info(
-            "y", TensorProto.FLOAT, ["batch", "seq", d])],
-        list(W.values()) + list(B.values()) + list(c.values()))
-    return oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
 
 
 @pytest.mark.slow
