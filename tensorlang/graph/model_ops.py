@@ -271,7 +271,7 @@ _COMPARE = {"less": (np.less, lambda a, b: a < b),
 for _name, (_np, _tl) in _COMPARE.items():
     _binary(_name, lambda a, b, f=_np: f(a, b).astype(np.result_type(a, b)),
             lambda a, b, f=_tl: tl.if_then_else(f(a, b), 1, 0).astype(
-                a.dtype if a.dtype.bits >= b.dtype.bits else b.dtype),
+                np.result_type(str(a.dtype), str(b.dtype)).name),   # the node's dtype
             lambda g, n: [None, None])
 
 

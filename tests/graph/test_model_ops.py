@@ -155,3 +155,12 @@ def test_the_general_convolutions_slow_schedule_is_said_at_tl_debug(monkeypatch,
     assert "general convolution's window schedule" in capsys.readouterr().err
     M.conv(x, G.Variable("w1", (8, 8, 3, 3)), pads=(1, 1, 1, 1))     # conv2d: nothing said
     assert "window schedule" not in capsys.readouterr().err
+
+
+def test_a_comparison_of_mixed_dtypes_has_numpys_result_type():
+    x, y = G.Variable("x", (4,), "float32"), G.Variable("y", (4,), "int64")
+    node = M.compare("less", x, y)
+    xv, yv = np.array([0.5, 2, 3, -1], "f4"), np.array([1, 1, 3, 0])
+    got = run(node, {x: xv, y: yv})
+    assert node.dtype == got.dtype == np.result_type(xv, yv)
+    np.testing.assert_array_equal(got, xv < yv)
