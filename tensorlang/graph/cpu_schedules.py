@@ -514,13 +514,14 @@ def _block_conv_channels(s: tl.Schedule, conv: tl.Tensor, blocked: tl.Tensor,
         # (a gather from L1) instead of a scatter per column. With one tile per row the
         # copy costs more than the scatter it replaces, so that keeps the scatter
         local = s.cache_write(blocked, "local")
+        jo, ji = st.split(j, factor=lanes)
         if rows_first:
-            st.reorder(n, i, ko, ki, j)
+            st.reorder(n, i, ko, jo, ki, ji)
             rows = st.fuse(st.fuse(n, i), ko)
         else:
-            st.reorder(n, ko, i, ki, j)
+            st.reorder(n, ko, i, jo, ki, ji)
             rows = st.fuse(st.fuse(n, ko), i)
-        st.vectorize(st.split(j, factor=lanes)[1])
+        st.vectorize(ji)
         if parallel:
             st.parallel(rows)
         s[blocked].compute_at(st, rows)

@@ -30,6 +30,7 @@ from .half import native_conversions
 from .loops import NAN_IGNORING, LoopCodegen
 from .memory import MemoryCodegen
 from .stream import fence, streamed_buffers
+from .transpose import TransposeCodegen
 from .types import I1, I8, I32, I64, llvm_type, memory_type, type_suffix  # noqa: F401 (I1: codegen's API)
 from .vector import VectorContext
 from .vmath import erf_f32, exp_f32, log_f32, tanh_f32
@@ -41,10 +42,11 @@ _LIBM = {"erf": ("erff", "erf")}
 INLINE_F32 = {"exp": exp_f32, "log": log_f32, "tanh": tanh_f32, "erf": erf_f32}  # vmath.py
 
 
-class FunctionCodegen(ArithCodegen, CheckCodegen, MemoryCodegen, LoopCodegen):
+class FunctionCodegen(ArithCodegen, CheckCodegen, MemoryCodegen, TransposeCodegen,
+                      LoopCodegen):
     """One kernel's LLVM function: expressions, calls and statements here; arithmetic
     (arith.py), index checks (checks.py), memory (memory.py) and loops (loops.py) in the
-    mixins."""
+    mixins; transposing copies in transpose.py."""
 
     def __init__(self, module: ir.Module, name: str, buffers: list[Buffer], params: list[Var],
                  threads: int = 1, target=None, void: bool = False, record: bool = False):

@@ -34,6 +34,8 @@ class LoopCodegen:
         if s.kind in (LoopKind.GPU_BLOCK, LoopKind.GPU_THREAD):
             raise TensorlangError(f"llvm backend: loop {s.var.name} is bound to a GPU index; "
                                   "build it for target='cuda'")
+        if self.transposed_copy(s):     # a strided copy as a register transpose
+            return
         b = self.builder
         lo = self.to_i64(self.expr(s.min), s.min.dtype)
         if isinstance(s.extent, Const) and s.kind is LoopKind.UNROLLED:
