@@ -13,8 +13,8 @@ vectors: the channel-blocked conv's write-back of a row tile ([columns, channels
 NCHW) is such a copy.
 
 A loop whose body is an `if` that does not depend on the loop's variable (a split's
-tail test) is unswitched first, so that the full tiles take this path and the tail keeps
-the masked code of `vector.py`.
+tail test) is unswitched first. A tail tile (its lanes under a condition that does not
+depend on the outer loop) loads only the rows of the lanes that are on and stores masked.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ...ir.affine import linear_coeff
-from ...ir.expr import Const, Load, Var
+from ...ir.expr import Const, Expr, Load, Var
 from ...ir.stmt import For, If, LoopKind, Store
 from ...ir.visit import walk
 from .types import I32, I64, llvm_type, memory_type
@@ -49,8 +49,10 @@ def _flat_coeff(cg, buf, indices, var: str) -> int | None:
     return flat
 
 
-def _copy(cg, s: For) -> tuple[For, Store, Load] | None:
-    """(vector loop, store, load) when `s` is a transposing copy (see the module)."""
+def _copy(cg, s: For) -> tuple[For, Store, Load, Expr | None] | None:
+    """(vector loop, store, load, the condition of the lanes that are on or None) when
+    `s` is a transposing copy (see the module). The lanes' condition may not depend on
+    `s`'s variable: a lane that is on then reads its whole row."""
     if not isinstance(s.extent, Const):
         return None
     n = int(s.extent.value)
@@ -59,13 +61,17 @@ def _copy(cg, s: For) -> tuple[For, Store, Load] | None:
             isinstance(v.extent, Const) and int(v.extent.value) == n and
             isinstance(v.min, Const) and int(v.min.value) == 0):
         return None
-    st = v.body
+    st, lanes_on = v.body, None
+    if isinstance(st, If) and st.else_body is None and \
+            not any(isinstance(x, Load) or (isinstance(x, Var) and x.name == s.var.name)
+                    for x in walk(st.cond)):
+        st, lanes_on = st.then_body, st.cond      # a tail tile: the lanes where it holds
     if not (isinstance(st, Store) and isinstance(st.value, Load)):
         return None
     ld = st.value
     dt = str(st.buffer.dtype)
     if n not in (4, 8, 16) or dt not in _PLAIN or str(ld.buffer.dtype) != dt or \
-            ld.buffer is st.buffer or ld.buffer.scope != "local" or \
+            ld.buffer is st.buffer or \
             n * st.buffer.dtype.itemsize * 8 > 512:
         return None
     # only the two loops' variables and names bound outside may appear; no memory reads
@@ -80,7 +86,7 @@ def _copy(cg, s: For) -> tuple[For, Store, Load] | None:
     ctx = VectorContext(v.var.name, n, ir.Constant(I64, 0), starts_at_zero=True)
     if ctx._kind(st.indices, st.buffer, cg.extents(st.buffer))[0] != "contiguous":
         return None
-    return v, st, ld
+    return v, st, ld, lanes_on
 
 
 def transpose_rows(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
@@ -127,7 +133,7 @@ class TransposeCodegen:
         found = _copy(self, s)
         if found is None:
             return False
-        v, st, ld = found
+        v, st, ld, lanes_on = found
         b = self.builder
         n = int(s.extent.value)
         et = memory_type(st.buffer.dtype)
@@ -138,15 +144,33 @@ class TransposeCodegen:
         rows = []
         for j in range(n):
             with self.bound(v.var.name, ir.Constant(I64, j)), self.bound(s.var.name, lo):
-                ptr = self.address(ld.buffer, ld.indices)
-            rows.append(self.tag(b.load(b.bitcast(ptr, vt.as_pointer()), align=align),
-                                 ld.buffer))
+                if lanes_on is None:
+                    ptr = self.address(ld.buffer, ld.indices)
+                    rows.append(self.tag(b.load(b.bitcast(ptr, vt.as_pointer()),
+                                                align=align), ld.buffer))
+                    continue
+                # a lane that is off reads nothing (its row may lie past the array)
+                on = self.expr(lanes_on)
+                start = b.block
+                with b.if_then(on):
+                    ptr = self.address(ld.buffer, ld.indices)
+                    got = self.tag(b.load(b.bitcast(ptr, vt.as_pointer()), align=align),
+                                   ld.buffer)
+                    then = b.block
+                row = b.phi(vt)
+                row.add_incoming(got, then)
+                row.add_incoming(ir.Constant(vt, None), start)
+                rows.append(row)
         for k, col in enumerate(transpose_rows(b, rows)):
             with self.bound(s.var.name, b.add(lo, ir.Constant(I64, k))):
                 self.vec = VectorContext(v.var.name, n, ir.Constant(I64, 0),
                                          starts_at_zero=True)
                 try:
-                    self.vec.store(self, st, col)
+                    if lanes_on is None:
+                        self.vec.store(self, st, col)
+                    else:
+                        with self.vec.masked(self, self.expr(lanes_on)):
+                            self.vec.store(self, st, col)
                 finally:
                     self.vec = None
         return True
