@@ -20,14 +20,13 @@ import time
 import numpy as np
 
 import tensorlang as tl
-from tensorlang.graph.executor import register_tile as target_tile
 
 N = int(os.environ.get("TL_TUTORIAL_N", 512))
 HOST = tl.Target.parse("llvm")
 LANES = HOST.vector_lanes("float32")      # 16 with AVX-512, 8 with AVX2, 4 with NEON
 # the register tile from the target's registers: the most accumulators that fit beside one
 # vector of B per column and a broadcast of A (AVX-512: 8 rows x 3 vectors; AVX2: 6 x 2)
-ROWS, VECTORS = target_tile(N, N, "float32", HOST)
+ROWS, VECTORS = HOST.register_tile(N, N, "float32")
 
 
 def declare():

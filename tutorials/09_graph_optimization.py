@@ -20,14 +20,12 @@ import os
 import numpy as np
 
 import tensorlang.graph as G
-from tensorlang.graph.node import topological_order
-from tensorlang.graph.rewrite import rewrite
 
 N = int(os.environ.get("TL_TUTORIAL_N", 256))
 
 
 def ops(outputs):
-    return sum(n.op not in ("variable", "constant") for n in topological_order(outputs))
+    return sum(n.op not in ("variable", "constant") for n in G.topological_order(outputs))
 
 
 # %% [markdown]
@@ -40,7 +38,7 @@ a, b, c = (G.Variable(x, (N,)) for x in "abc")
 d = G.exp(a) * b
 e = G.exp(a) + c
 unused = G.sin(a)  # noqa: F841  (dead: not an output)
-outs, fired = rewrite([d, e])
+outs, fired = G.rewrite([d, e])
 print("before:", ops([d, e]), "ops; after:", ops(outs), "ops")
 for f in fired:
     print("  fired", f)
@@ -112,8 +110,8 @@ X = G.Variable("X", (4, N // 4, 64))
 W = [G.constant(rng.standard_normal((64, 64)).astype("float32")) for _ in range(3)]
 q, k, v = (G.matmul(X, w) for w in W)
 merged = G.optimize([q, k, v], ["merge_matmul", "fold", "algebra", "cse"])
-print("matmuls:", sum(n.op == "matmul" for n in topological_order([q, k, v])), "->",
-      sum(n.op == "matmul" for n in topological_order(merged)))
+print("matmuls:", sum(n.op == "matmul" for n in G.topological_order([q, k, v])), "->",
+      sum(n.op == "matmul" for n in G.topological_order(merged)))
 xv = rng.standard_normal((4, N // 4, 64)).astype("float32")
 ex0, ex1 = G.Executor([q, k, v]), G.Executor(merged)
 r0, r1 = ex0.run({X: xv}), ex1.run({X: xv})
@@ -199,7 +197,7 @@ for label, (outs_, feed_) in cases.items():
 import json  # noqa: E402
 import tempfile  # noqa: E402
 
-from tensorlang.graph import rule_search, substitutions  # noqa: E402
+from tensorlang.graph import substitutions  # noqa: E402
 
 stats = json.loads(substitutions.RULES_PATH.read_text())["stats"]
 print("generator:", ", ".join(f"{k} {v}" for k, v in stats.items()))
@@ -208,7 +206,7 @@ wrong = substitutions.verify(substitutions.parse("relu(add(A, mul(A, A)))"),
 print("refused:", wrong.witness)
 xs_, w1_, w2_ = (G.Variable(k, (128, 128)) for k in ("xs", "w1", "w2"))
 with tempfile.TemporaryDirectory() as tmp:
-    model = rule_search.CostModel(f"{tmp}/times.json")
+    model = G.CostModel(f"{tmp}/times.json")
     found = G.search([G.relu(xs_ @ w1_ + xs_ @ w2_)], budget_s=10, max_graphs=4, model=model)
 print(found.report())
 print("OK")

@@ -148,13 +148,12 @@ print(f"blur {H}x{H}: declared {1e3 * timed(fn, x, y):.3f} ms, auto {1e3 * timed
 
 # %%
 import tensorlang.graph as G  # noqa: E402
-from tensorlang.graph import executor as E  # noqa: E402
 
 os.environ["TL_CACHE_DIR"] = tempfile.mkdtemp()
 xs = G.Variable("x", (1024, 1280))
 col = G.sum(xs, axis=0)
 for mode in ("hand", "default"):
-    ((_, sch),) = E.default_schedules([col], schedules=mode)
+    ((_, sch),) = G.default_schedules([col], schedules=mode)
     print(f"--- executor, schedules={mode!r}:\n{sch.trace_text()}")
 xv = rng.standard_normal((1024, 1280), dtype=np.float32)
 runs = {mode: G.Executor([col], schedules=mode) for mode in ("hand", "default")}
