@@ -10,7 +10,7 @@ from .driver import Module, build  # noqa: F401
 from .shared_lib import LoadedModule, load_module  # noqa: F401
 from . import testing  # noqa: F401
 from .schedule import (  # noqa: F401
-    LoweredFunc, Schedule, Stage, ThreadAxis, create_schedule, lower, thread_axis,
+    LoweredFunc, Schedule, Stage, ThreadAxis, create_schedule, lower, run_lowered, thread_axis,
 )
 from .schedule.analyze import Report, analyze  # noqa: F401
 from .autoschedule import auto_schedule  # noqa: F401

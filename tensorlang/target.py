@@ -25,6 +25,7 @@ architecture's guaranteed minimum (128 bits); LLVM maps them onto the scalable r
 
 from __future__ import annotations
 
+import numbers
 import shlex
 from dataclasses import dataclass, field
 
@@ -34,6 +35,9 @@ from .llvm_targets import check_known, host_description, missing_host_features
 
 # arch (first word of the triple) -> default vector bits when the features do not say more
 _X86 = ("x86_64", "i386", "i686")
+# rows of a register tile at most (`Target.register_tile`): more rows than this gain no reuse
+# of B's vector that the registers can hold on any target here
+MAX_TILE_ROWS = 8
 
 
 @dataclass(frozen=True)
@@ -253,6 +257,41 @@ class Target:
 
         width = max(as_dtype(dtype).bits, 8)
         return max(self.vector_bits // width, 1)
+
+    def register_tile(self, m: int, n: int, dtype="float32") -> tuple[int, int]:
+        """(rows, vectors per row) of a register-blocked tile of an m x n output of `dtype`,
+        from this target's vector width and register count: the accumulators, one vector of
+        B per column and a broadcast of A fit in the registers (nothing spills), at most 4
+        vectors per row (fewer when n is narrow) and at most 8 rows. Of those, the most
+        accumulators that do useful work — a tile that overhangs m or n computes lanes and
+        rows that are thrown away — and on a tie the most rows (each k step then loads fewer
+        bytes of B per multiply-add). The graph executor's matmul and conv2d use it.
+
+        AVX-512 (32 registers, 16 floats): 6 x 4 vectors where n is a multiple of 64 (the
+        whole tile works, where 8 x 3 overhangs 512 by 16 columns), else 8 x 3 where its
+        48 columns fit n better; AVX2 (16 registers, 8 floats): 6 x 2 vectors (BLIS's
+        Haswell tile); NEON (32 of 4 floats): 8 x 3 or 6 x 4 likewise.
+
+        >>> Target.preset("x86-64-v4").register_tile(512, 512)
+        (6, 4)
+        """
+        for name, v in (("m", m), ("n", n)):
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+                raise TensorlangError(f"register_tile: {name} must be a positive int (the "
+                                      f"output's extent), got {v!r}")
+        m, n = int(m), int(n)
+        lanes = self.vector_lanes(dtype)
+        regs = self.vector_registers
+        tiles = [(max(1, min(m, MAX_TILE_ROWS, (regs - nv - 1) // nv)), nv)
+                 for nv in range(1, min(4, -(-n // lanes)) + 1)]
+
+        def fill(extent: int, tile: int) -> float:
+            # the fraction of ceil(extent / tile) * tile lanes or rows that do useful work
+            return extent / (-(-extent // tile) * tile)
+
+        useful = {t: round(t[0] * t[1] * fill(n, t[1] * lanes) * fill(m, t[0]), 9)
+                  for t in tiles}
+        return max(tiles, key=lambda t: (useful[t], t[0]))
 
     @property
     def is_host(self) -> bool:

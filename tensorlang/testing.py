@@ -41,6 +41,17 @@ class BenchmarkResult:
     def std(self) -> float:
         return statistics.pstdev(self.results) if len(self.results) > 1 else 0.0
 
+    def rate(self, amount: float, unit: str = "GFLOPS", scale: float = 1e9) -> str:
+        """`amount` of work a call (flops, bytes) as a rate, the median round's with the
+        slowest and fastest rounds': ``"41.2 GFLOPS (38.0-43.1 over 5 rounds)"``."""
+        if not isinstance(amount, (int, float)) or amount <= 0:
+            raise TensorlangError(f"rate: amount must be a positive number (the work of one "
+                                  f"call), got {amount!r}")
+        if not isinstance(scale, (int, float)) or scale <= 0:
+            raise TensorlangError(f"rate: scale must be a positive number, got {scale!r}")
+        r = [amount / max(t, 1e-12) / scale for t in (self.median, self.max, self.min)]
+        return f"{r[0]:.1f} {unit} ({r[1]:.1f}-{r[2]:.1f} over {len(self.results)} rounds)"
+
     def __str__(self) -> str:
         ms = [1e3 * r for r in self.results]
         return (f"median {statistics.median(ms):.4f} ms (min {min(ms):.4f}, max "

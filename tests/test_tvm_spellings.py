@@ -120,6 +120,15 @@ def test_time_evaluator_and_benchmark_report_rounds_and_refuse_bad_counts():
             tl.testing.benchmark(lambda: None, **bad)
 
 
+def test_a_benchmark_rate_gives_the_median_with_the_slowest_and_fastest_rounds():
+    r = tl.testing.BenchmarkResult((0.02, 0.01, 0.04), 1)
+    assert r.rate(2e9) == "100.0 GFLOPS (50.0-200.0 over 3 rounds)"
+    assert r.rate(4e6, "MB/s", 1e6) == "200.0 MB/s (100.0-400.0 over 3 rounds)"
+    for bad in (0, -1.0, "1e9"):
+        with pytest.raises(tl.TensorlangError, match="amount must be a positive number"):
+            r.rate(bad)
+
+
 def test_an_exported_library_runs_in_another_process_and_checks_its_arguments(tmp_path):
     n = tl.var("n")
     A = tl.placeholder((n, 16), name="A")

@@ -11,23 +11,24 @@ does — the reuse that each step buys. At the end, the inner loop's machine cod
 AVX-512 machine, 512-bit FMAs (`vfmadd231ps ... %zmm`) with one operand broadcast from A.
 
 Every step is checked against numpy; every schedule is checked by isl before it runs.
+Every figure is `tl.testing.benchmark`'s: the median round, with the slowest and fastest
+rounds, on the CPU named in the first line (tutorial 10 times the last step the same way).
 Run: python tutorials/05_fast_matmul.py   (TL_TUTORIAL_N=1024 for another size)
 """
 
 import os
-import time
 
 import numpy as np
 
 import tensorlang as tl
-from tensorlang.graph.executor import register_tile as target_tile
 
 N = int(os.environ.get("TL_TUTORIAL_N", 512))
 HOST = tl.Target.parse("llvm")
 LANES = HOST.vector_lanes("float32")      # 16 with AVX-512, 8 with AVX2, 4 with NEON
 # the register tile from the target's registers: the most accumulators that fit beside one
-# vector of B per column and a broadcast of A (AVX-512: 8 rows x 3 vectors; AVX2: 6 x 2)
-ROWS, VECTORS = target_tile(N, N, "float32", HOST)
+# vector of B per column and a broadcast of A, and that do useful work at this N (printed
+# in the first lines: it depends on the vector width, the register count and N)
+ROWS, VECTORS = HOST.register_tile(N, N, "float32")
 
 
 def declare():
@@ -129,16 +130,6 @@ STEPS = [
 ]
 
 
-def best_time(fn, reps=3):
-    fn()
-    out = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return min(out)
-
-
 def k_step(s, args):
     """Elements of A, B and C moved (read or written) by one iteration of the k loop, and
     its flops. C_local is the register tile: not memory."""
@@ -161,20 +152,22 @@ def main():
     b = rng.random((N, N), dtype=np.float32)
     want = a @ b
     flop = 2 * N ** 3
-    t_np = best_time(lambda: np.matmul(a, b))
-    print(f"matmul {N}^3 float32 on {HOST.cpu}, {LANES} float lanes per vector")
-    print(f"{'numpy (OpenBLAS)':40s} {flop / t_np / 1e9:8.1f} GFLOPS")
+    t_np = tl.testing.benchmark(np.matmul, a, b, repeat=5)
+    print(f"matmul {N}^3 float32 on {HOST.cpu} ({HOST.cores} threads), {LANES} float lanes "
+          f"per vector; register tile {ROWS} rows x {VECTORS} vectors (Target.register_tile)")
+    print(f"{'numpy (OpenBLAS)':40s} {t_np.rate(flop)}", flush=True)
     last = None
     for label, make in STEPS:
+        print(f"{label:40s} ", end="", flush=True)     # a step takes seconds: show which
         s, args = make()
         f = tl.build(s, args)
         c = np.zeros((N, N), np.float32)
-        f(a, b, c)
+        f(a, b, c)                                      # also the benchmark's warm-up
         np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-3)
-        t = best_time(lambda f=f, c=c: f(a, b, c), reps=1 if make is naive else 3)
+        res = tl.testing.benchmark(f, a, b, c, warmup=0, repeat=2 if make is naive else 5)
         reads, flops = k_step(s, args)
-        per = f"   one k step: {reads} elements moved, {flops} flops" if reads else ""
-        print(f"{label:40s} {flop / t / 1e9:8.1f} GFLOPS  ({t_np / t:5.2f} x numpy){per}")
+        per = f"; one k step: {reads} elements moved, {flops} flops" if reads else ""
+        print(f"{res.rate(flop)}, {t_np.median / res.median:5.2f} x numpy{per}", flush=True)
         last = f
     asm = last.get_source("asm")
     blocks = asm.split("\n.LBB")

@@ -19,8 +19,7 @@ import time
 import numpy as np
 
 import tensorlang as tl
-from tensorlang.ir.interp import run_lowered
-from tensorlang.schedule import gpu
+import tensorlang.schedule.gpu as gpu
 
 
 def has_gpu() -> bool:
@@ -43,7 +42,7 @@ def run(s, args, arrays):
         t = time.perf_counter()
         f(*arrays)
         return time.perf_counter() - t
-    run_lowered(tl.lower(s, args), arrays)
+    tl.run_lowered(tl.lower(s, args), arrays)
     return float("nan")
 
 

@@ -37,22 +37,26 @@ def schedule(target: tl.Target) -> tl.Schedule:
 
 
 # --------------------------------------------------- 1. the inner loop on four machines
-FMA = {"x86-64-v3": r"vfmadd\w*ps", "aarch64": r"fmla\s", "riscv64+v": r"vfmacc\.v",
-       "wasm32": r"f32x4\.(mul|add)"}
+# each target's vector multiply-add instruction, as its assembly spells it (wasm's SIMD128
+# has none: a multiply and an add)
+FMA = {"x86-64-v3": (r"\bvfmadd\w*ps\b", "vector multiply-adds"),
+       "aarch64": (r"\bfmla\s", "vector multiply-adds"),
+       "riscv64+v": (r"\bvfmacc\.v", "vector multiply-adds"),
+       "wasm32": (r"\bf32x4\.(mul|add)\b", "vector multiplies and adds")}
 
 modules = {}
-for name, pattern in FMA.items():
+for name, (pattern, what) in FMA.items():
     target = tl.Target.parse(name)
     f = tl.build(schedule(target), [A, B, C], target=target, name="matmul")
     modules[name] = f
     asm = f.get_source("asm").splitlines()
-    hits = [i for i, line in enumerate(asm) if re.search(pattern, line)]
-    assert hits, f"no vector multiply-add on {name}"
+    hits = [line.strip() for line in asm if re.search(pattern, line)]
+    assert hits, f"no {what} on {name}"
     print(f"--- {name}: {target}")
     print(f"    {target.vector_lanes('float32')} float32 lanes; "
-          f"{len(hits)} vector multiply-adds in the kernel; the first few:")
-    for line in asm[hits[0]:hits[0] + 4]:
-        print("    " + line.strip())
+          f"{len(hits)} {what} in the kernel; the first few:")
+    for line in hits[:4]:          # the matching instructions only, not their neighbours
+        print("    " + line)
 
 # ---------------------------------------------------- 2. an object and a C header to link
 f = modules["aarch64"]

@@ -12,6 +12,10 @@
 # the next run. Here: a matmul (beside tutorial 05's hand schedule), a 3x3 blur, and the
 # graph executor, which schedules its kernels with the model-only mode by default.
 #
+# Every time is `tl.testing.benchmark`'s (the median round, with the slowest and fastest),
+# as in tutorial 05, so that one kernel has one figure in both: tutorial 05's last schedule
+# is timed here as there.
+#
 # Run: python tutorials/10_auto_schedule.py
 
 # %%
@@ -19,7 +23,6 @@ import os
 import pathlib
 import runpy
 import tempfile
-import time
 
 import numpy as np
 
@@ -28,22 +31,20 @@ import tensorlang as tl
 N = int(os.environ.get("TL_TUTORIAL_N", "512"))
 BUDGET = 30.0 if N >= 256 else 3.0
 rng = np.random.default_rng(0)
+HOST = tl.Target.parse("llvm")
+print(f"on {HOST.cpu} ({HOST.cores} threads)", flush=True)
 
 
-def timed(f, *arrays, reps=3):
-    f(*arrays)
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        f(*arrays)
-        best = min(best, time.perf_counter() - t0)
-    return best
+def timed(f, *arrays, repeat=5):
+    """The kernel's benchmark (one warm-up call, then `repeat` rounds)."""
+    return tl.testing.benchmark(f, *arrays, repeat=repeat)
 
 
 # %% [markdown]
 # ## 1. A matmul
-# The search's choice, as code; its time beside tutorial 05's last schedule (packed B,
-# 4 x 4-vector register tile, parallel row tiles) and the declared loop nest.
+# The search's choice, as code; its time beside tutorial 05's last schedule (packed B in
+# L2-sized blocks of panels, the target's register tile, parallel blocks) and the declared
+# loop nest.
 
 # %%
 A = tl.placeholder((N, N), "float32", name="A")
@@ -52,7 +53,8 @@ k = tl.reduce_axis((0, N), name="k")
 C = tl.compute((N, N), lambda i, j: tl.sum(A[i, k] * B[k, j], axis=k), name="C")
 with tempfile.TemporaryDirectory() as tmp:
     log = pathlib.Path(tmp) / "tuning.jsonl"
-    s = tl.auto_schedule(C, budget_s=BUDGET, log=log)
+    print(f"searching schedules for the {N}^3 matmul (budget {BUDGET:.0f} s)...", flush=True)
+    s = tl.auto_schedule(C, budget_s=BUDGET, log=log, progress=True)
     print("chosen schedule:")
     print(s.trace_text())
     res = s.auto
@@ -72,13 +74,14 @@ np.testing.assert_allclose(c, a @ b, rtol=1e-3, atol=1e-3)
 t05 = runpy.run_path(str(pathlib.Path(__file__).parent / "05_fast_matmul.py")
                      if "__file__" in globals() else "tutorials/05_fast_matmul.py",
                      run_name="tutorial05")
-hs, hargs = t05["register_tile"](pack=True, parallel=True)
+hs, hargs = t05["blocked"]()
 f_hand = tl.build(hs, hargs, name="mm_hand")
 f_naive = tl.build(tl.create_schedule(C), [A, B, C], name="mm_naive")
 flop = 2 * N ** 3
-for label, f in (("declared", f_naive), ("tutorial 05 by hand", f_hand),
-                 ("auto-scheduled", f_auto)):
-    print(f"{label:22s}{flop / timed(f, a, b, c) / 1e9:8.1f} GFLOPS")
+for label, f, rounds in (("declared", f_naive, 2), ("tutorial 05's last step", f_hand, 5),
+                         ("auto-scheduled", f_auto, 5)):
+    print(f"{label:24s}", end="", flush=True)
+    print(timed(f, a, b, c, repeat=rounds).rate(flop), flush=True)
 
 # %% [markdown]
 # ## 1b. Why the model ranks it first
@@ -107,7 +110,8 @@ A2 = tl.placeholder((n, n), "float32", name="A")
 B2 = tl.placeholder((n, n), "float32", name="B")
 k2 = tl.reduce_axis((0, n), name="k")
 C2 = tl.compute((n, n), lambda i, j: tl.sum(A2[i, k2] * B2[k2, j], axis=k2), name="C")
-small = tl.auto_schedule(C2, budget_s=min(BUDGET, 6.0))
+print(f"searching at {n}^3 (budget {min(BUDGET, 6.0):.0f} s)...", flush=True)
+small = tl.auto_schedule(C2, budget_s=min(BUDGET, 6.0), progress=True)
 for label, sch in (("declared", tl.create_schedule(C2)), ("auto", small)):
     rep = tl.analyze(sch, [A2, B2, C2])
     for st in rep.stages:
@@ -126,7 +130,8 @@ H = max(N, 64)
 X = tl.placeholder((H + 2, H + 2), "float32", name="X")
 bx = tl.compute((H + 2, H), lambda i, j: (X[i, j] + X[i, j + 1] + X[i, j + 2]) / 3, name="bx")
 by = tl.compute((H, H), lambda i, j: (bx[i, j] + bx[i + 1, j] + bx[i + 2, j]) / 3, name="by")
-sb = tl.auto_schedule(by, budget_s=BUDGET / 2)
+print(f"searching schedules for the blur (budget {BUDGET / 2:.0f} s)...", flush=True)
+sb = tl.auto_schedule(by, budget_s=BUDGET / 2, progress=True)
 print(sb.trace_text())
 x = rng.standard_normal((H + 2, H + 2), dtype=np.float32)
 y = np.zeros((H, H), np.float32)
@@ -135,7 +140,7 @@ fb(x, y)
 t = x[:, :-2] + x[:, 1:-1] + x[:, 2:]
 np.testing.assert_allclose(y, (t[:-2] + t[1:-1] + t[2:]) / 9, rtol=1e-4, atol=1e-4)
 fn = tl.build(tl.create_schedule(by), [X, by], name="blur_naive")
-print(f"blur {H}x{H}: declared {1e3 * timed(fn, x, y):.3f} ms, auto {1e3 * timed(fb, x, y):.3f} ms")
+print(f"blur {H}x{H}: declared {timed(fn, x, y)}\n{'':12s}auto {timed(fb, x, y)}")
 
 # %% [markdown]
 # ## 4. The graph executor schedules with it
@@ -148,20 +153,18 @@ print(f"blur {H}x{H}: declared {1e3 * timed(fn, x, y):.3f} ms, auto {1e3 * timed
 
 # %%
 import tensorlang.graph as G  # noqa: E402
-from tensorlang.graph import executor as E  # noqa: E402
 
 os.environ["TL_CACHE_DIR"] = tempfile.mkdtemp()
 xs = G.Variable("x", (1024, 1280))
 col = G.sum(xs, axis=0)
 for mode in ("hand", "default"):
-    ((_, sch),) = E.default_schedules([col], schedules=mode)
+    ((_, sch),) = G.default_schedules([col], schedules=mode)
     print(f"--- executor, schedules={mode!r}:\n{sch.trace_text()}")
 xv = rng.standard_normal((1024, 1280), dtype=np.float32)
 runs = {mode: G.Executor([col], schedules=mode) for mode in ("hand", "default")}
 for mode, ex in runs.items():
     np.testing.assert_allclose(ex.run({xs: xv})[0], xv.sum(axis=0), rtol=1e-4, atol=1e-3)
-    print(f"column sum 1024x1280, schedules={mode!r}: "
-          f"{1e3 * timed(ex.run, {xs: xv}):.3f} ms")
+    print(f"column sum 1024x1280, schedules={mode!r}: {timed(ex.run, {xs: xv})}")
 log = pathlib.Path(os.environ["TL_CACHE_DIR"], "tuning.jsonl").read_text()
 print(f"the tuning log ({len(log.splitlines())} record): {log[:100]}...")
 

@@ -40,6 +40,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# the public part (docs/api): the rest is the model's machinery
+__all__ = ["CostReport", "StatementCost", "estimate"]
+
 from ..ir.stmt import LoopKind
 from .compute import as_compiled, register_block
 from .parallel import ParallelLoop, parallel_loop

@@ -20,8 +20,9 @@ from ..backends.array_cache import (  # noqa: F401
     empty_cache as empty_array_cache, info as array_cache_info,
     set_limit as set_array_cache_limit,
 )
-from .executor import Executor  # noqa: F401
+from .executor import Executor, default_schedules  # noqa: F401
 from .node import Graph, GraphError, Node, topological_order  # noqa: F401
 from .ops import OPS  # noqa: F401
-from .rewrite import optimize  # noqa: F401
-from .rule_search import search  # noqa: F401
+from .rewrite import optimize, rewrite  # noqa: F401
+from .rule_search import CostModel, search  # noqa: F401
+from . import substitutions  # noqa: F401  (a public module: the generated rules)

@@ -28,28 +28,10 @@ def _lanes(dtype: str) -> int:
     return _host().vector_lanes(dtype)
 
 
-MAX_TILE_ROWS = 8
-
-
 def register_tile(m: int, n: int, dtype: str, target: tl.Target | None = None):
-    """(rows, vectors per row) of a register-blocked tile of an m x n output, from the
-    target's vector width and register count: the accumulators, one vector of B per column
-    and a broadcast of A fit in the registers (nothing spills), at most 4 vectors per row
-    (fewer when n is narrow). Of those, the most accumulators that do useful work — a tile
-    that overhangs m or n computes lanes and rows that are thrown away — and on a tie the
-    most rows (each k step then loads fewer bytes of B per multiply-add).
-    AVX-512 (32 registers, 16 floats): 6 x 4 vectors where n is a multiple of 64 (the
-    whole tile works, where 8 x 3 overhangs 512 by 16 columns), else 8 x 3 where its 48
-    columns fit n better; AVX2 (16 registers, 8 floats): 6 x 2 vectors (BLIS's Haswell
-    tile); NEON (32 of 4 floats): 8 x 3 or 6 x 4 likewise."""
-    t = target or _host()
-    lanes = t.vector_lanes(dtype)
-    regs = t.vector_registers
-    tiles = [(max(1, min(m, MAX_TILE_ROWS, (regs - nv - 1) // nv)), nv)
-             for nv in range(1, min(4, -(-n // lanes)) + 1)]
-    useful = {t: round(t[0] * t[1] * _fill(n, t[1] * lanes) * _fill(m, t[0]), 9)
-              for t in tiles}
-    return max(tiles, key=lambda t: (useful[t], t[0]))
+    """(rows, vectors per row) of a register-blocked tile: `Target.register_tile` of
+    `target` (default this machine)."""
+    return (target or _host()).register_tile(m, n, dtype)
 
 
 LATENCY_ACCUMULATORS = 8   # independent FMA chains that hide the FMA latency (4 cycles x 2)

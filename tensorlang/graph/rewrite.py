@@ -447,8 +447,23 @@ def _normal_attrs(n: Node) -> tuple:
 
 
 def rewrite(outputs, passes=DEFAULT_PASSES) -> tuple[list[Node], list[Fired]]:
-    """The outputs after the passes' rules (see the module doc), and what fired."""
+    """`G.optimize` with its record: the outputs after the passes' rules (see the module doc)
+    and the list of rules that fired, each a `Fired(rule, node, into)` that prints as
+    ``rule: node -> into``. `outputs` a list of nodes; `passes` names from `PASSES`.
+
+        outs, fired = G.rewrite([G.exp(a) * b, G.exp(a) + c])
+        for f in fired: print(f)       # cse: exp_3 -> exp_1  (one exp is kept)
+    """
+    if isinstance(outputs, Node):
+        raise GraphError("rewrite: outputs must be a list of nodes, got one node; write "
+                         "G.rewrite([node]) (or G.optimize(node) for the node alone)")
     outputs = list(outputs)
+    bad = [o for o in outputs if not isinstance(o, Node)]
+    if bad:
+        raise GraphError(f"rewrite: outputs must be graph nodes, got {type(bad[0]).__name__}")
+    if isinstance(passes, str):
+        raise GraphError(f"rewrite: passes must be a list of pass names, got the string "
+                         f"{passes!r}; write [{passes!r}]")
     unknown = [p for p in passes if p not in PASSES]
     if unknown:
         raise GraphError(f"optimize: unknown passes {unknown}; the passes are "

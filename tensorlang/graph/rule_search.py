@@ -168,7 +168,11 @@ def structure(outputs: list[Node]) -> str:
 
 # ---------------------------------------------------------------------------- cost model
 class CostModel:
-    """Measured time of each kernel the executor would run (see the module)."""
+    """`G.search`'s cost of a graph: the measured time of each kernel the executor would
+    run for it, on this machine, cached in memory and in the JSON file `path` (default
+    ``~/.cache/tensorlang/kernel_times.json``) keyed by the kernel's structure, shapes and
+    the host CPU; `runs` calls per median. Pass one to `G.search(..., model=)` to keep the
+    times in another file (a temporary one in a test or tutorial)."""
 
     def __init__(self, path: str | os.PathLike | None = None, runs: int = 5):
         from ..target import Target

@@ -31,6 +31,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# the public part (docs/api/graph.md): the shipped rules, parsing and printing terms,
+# verifying a pair, and regenerating the rules; the rest is the generator's machinery
+__all__ = ["RULES_PATH", "Stats", "Verdict", "generate", "load", "parse", "save", "text",
+           "verify"]
+
 RULES_PATH = pathlib.Path(__file__).parent / "rules" / "substitutions.json"
 RANDOM_SEEDS = 64
 MAX_OPS = 3

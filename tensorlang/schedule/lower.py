@@ -9,7 +9,7 @@ import islpy as isl
 from ..deep import deep
 from ..config import debug_print, timed
 from ..errors import TensorlangError
-from ..ir.expr import Expr, Load, Var
+from ..ir.expr import Const, Expr, Load, Var
 from ..ir.printer import expr_str, stmt_str
 from ..ir.stmt import Allocate, Buffer, Stmt, Store
 from ..ir.visit import map_expr, map_stmt, walk_stmt
@@ -167,3 +167,47 @@ def lower(s: Schedule, args, name: str = "main", checks: bool = True,
     debug_print(2, "loop nest", f)
     return f
 
+
+
+def run_lowered(f: LoweredFunc, arrays, sizes: dict[str, int] | None = None,
+                parallel_order: str = "forward") -> None:
+    """Run `tl.lower(s, args)`'s loop nest in the loop-IR interpreter on numpy arrays, one
+    per tensor argument in `args` order (outputs written in place); symbolic sizes come from
+    the arrays' shapes (or `sizes`). No compiler and no GPU are needed: a GPU schedule runs
+    with CUDA's semantics (blocks in turn, a block's threads as coroutines between
+    barriers), so a missing barrier gives a wrong result here too. Slow: for checking small
+    cases, not for timing. `parallel_order="reverse"` runs parallel, vector and thread loops
+    backwards, which exposes a loop that carries a dependence.
+
+    >>> n = tl.var("n"); X = tl.placeholder((n,), name="X")
+    >>> Y = tl.compute((n,), lambda i: X[i] * 2, name="Y"); s = tl.create_schedule(Y)
+    >>> x, y = np.arange(3, dtype="float32"), np.zeros(3, "float32")
+    >>> tl.run_lowered(tl.lower(s, [X, Y]), [x, y]); y
+    array([0., 2., 4.], dtype=float32)
+    """
+    import numpy as np
+
+    from ..ir.interp import run_lowered as interpret
+
+    if not isinstance(f, LoweredFunc):
+        raise TensorlangError(f"run_lowered: f must be a LoweredFunc (tl.lower(s, args)), got "
+                              f"{type(f).__name__}")
+    if not isinstance(arrays, (list, tuple)) or len(arrays) != len(f.buffers):
+        names = ", ".join(b.name for b in f.buffers)
+        raise TensorlangError(f"run_lowered: arrays must be a list of {len(f.buffers)} numpy "
+                              f"arrays, one per tensor argument ({names}), got {arrays!r:.80}")
+    if parallel_order not in ("forward", "reverse"):
+        raise TensorlangError(f"run_lowered: parallel_order must be 'forward' or 'reverse', "
+                              f"got {parallel_order!r}")
+    for b, a in zip(f.buffers, arrays):
+        if not isinstance(a, np.ndarray):
+            raise TensorlangError(f"run_lowered: argument {b.name} must be a numpy array, got "
+                                  f"{type(a).__name__}")
+        if a.ndim != len(b.shape) or a.dtype != b.dtype.np:
+            raise TensorlangError(f"run_lowered: argument {b.name} must be a {len(b.shape)}-d "
+                                  f"{b.dtype} array, got {a.ndim}-d {a.dtype}")
+        for d, (ext, got) in enumerate(zip(b.shape, a.shape)):
+            if isinstance(ext, Const) and int(ext.value) != got:
+                raise TensorlangError(f"run_lowered: argument {b.name}: dimension {d} must be "
+                                      f"{int(ext.value)}, got {got}")
+    interpret(f, list(arrays), sizes, parallel_order)

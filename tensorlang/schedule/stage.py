@@ -46,6 +46,9 @@ def _int_arg(value, prim: str, argname: str, minimum: int | None = 1) -> int:
 
 
 MAX_UNROLL = 1024   # iterations; more would swamp the compiler
+# Stage.pragma's keys: those with a meaning here (TVM's parallel_* keys describe its own
+# thread pool's launch and barriers, which this runtime does not expose)
+PRAGMA_KEYS = ("auto_unroll_max_step", "unroll_explicit")
 MAX_LANES = 256
 
 
@@ -65,6 +68,9 @@ class Stage:
         self.inlined = False
         self.cache_scope = "local"  # where its values live when computed inside a loop
         self._gone: dict[str, str] = {}  # loop name -> the primitive that removed it
+        # pragma: loop name -> its keys' latest values, and the loops they unrolled
+        self._pragmas: dict[str, dict] = {}
+        self._pragma_unrolled: dict[str, tuple[str, ...]] = {}
         # after cache_write: the op that took over this stage's axes (the cache stage's),
         # whose spatial axes name this write-back stage's axes too (TVM's idiom)
         self.cached_from: ComputeOp | None = None
@@ -310,6 +316,85 @@ class Stage:
     def unroll(self, loop) -> None:
         """Unroll a loop of constant (or constant-bounded) extent."""
         self._tag(loop, "unroll", LoopKind.UNROLLED)
+
+    def pragma(self, loop, key: str, value=None) -> None:
+        """TVM's `s[C].pragma(axis, key, value)`: a hint about the loops inside `loop` (not
+        `loop` itself). The keys with a meaning here (PRAGMA_KEYS):
+
+        - ``"auto_unroll_max_step"`` (an int >= 0): unroll the loops inside `loop`,
+          innermost first, while the product of their constant trip counts is at most
+          `value` (a vectorized loop counts as one step; a parallel or bound loop, or one
+          whose extent grows with the sizes, stops it), as TVM's unroll pass does. Before
+          and after, for `pragma(i.outer, "auto_unroll_max_step", 16)` on an i.inner of 4 and
+          a j.inner of 8 inside it, j.inner (8 steps) is unrolled and i.inner is not
+          (4 * 8 = 32 > 16); with 32 both are::
+
+              for i.outer in range(...):
+                for i.inner in range(4):
+                  for j.inner in range(8):  # unrolled
+        - ``"unroll_explicit"`` (a bool, default True as in TVM): whether the loops that
+          auto_unroll_max_step picks are unrolled in the loop IR (True: `tl.lower` shows
+          them unrolled and the code generator copies their bodies) or left as serial
+          loops for LLVM's own unroller to decide on (False).
+
+        Loops this stage's loops only (not those of stages computed inside `loop`), as
+        they are when the pragma is applied: apply it after the splits and reorders. A
+        later pragma on the same loop re-decides with both keys' latest values, whatever
+        their order; loops unrolled by `unroll` stay unrolled. TVM's other keys
+        (``parallel_launch_point``, ``parallel_stride_pattern``,
+        ``parallel_barrier_when_finish``, ...) have no meaning in this thread pool's
+        model and are refused."""
+        name = self._loop(loop, "pragma", "loop")
+        if not isinstance(key, str) or key not in PRAGMA_KEYS:
+            raise ScheduleError(f"pragma: unknown key {key!r}; the supported keys are "
+                                f"{', '.join(repr(k) for k in PRAGMA_KEYS)}")
+        if key == "auto_unroll_max_step":
+            value = _int_arg(value, "pragma", "the value of 'auto_unroll_max_step'",
+                             minimum=0)
+        else:
+            if value is None:
+                value = True
+            if not isinstance(value, (bool, int, np.integer)) or value not in (0, 1):
+                raise ScheduleError(f"pragma: the value of 'unroll_explicit' must be True or "
+                                    f"False, got {value!r}")
+            value = bool(value)
+        keys = {**self._pragmas.get(name, {}), key: value}
+        state = self.state
+        for lp in self._pragma_unrolled.get(name, ()):      # this loop's earlier choice
+            if lp in self.loops and self.state.loops[self.state.loop_index(lp)].kind \
+                    is LoopKind.UNROLLED:
+                state = tag_dim(state, lp, LoopKind.SERIAL)
+        chosen = self._auto_unroll(state, name, keys.get("auto_unroll_max_step", 0)) \
+            if keys.get("unroll_explicit", True) else []
+        for lp in chosen:
+            state = tag_dim(state, lp, LoopKind.UNROLLED)
+        value_arg = value if isinstance(value, bool) else int(value)
+        self._apply(state, Call("pragma", (name, key, value_arg)))
+        self._pragmas[name] = keys
+        self._pragma_unrolled[name] = tuple(chosen)
+
+    def _auto_unroll(self, state, name: str, max_step: int) -> list[str]:
+        """The serial loops inside loop `name` that auto_unroll_max_step unrolls: innermost
+        first while the product of the trip counts stays at most `max_step`."""
+        d = state.loop_index(name)
+        chosen, steps = [], 1
+        for e in range(len(state.loops) - 1, d, -1):
+            lp = state.loops[e]
+            if lp.kind is LoopKind.VECTORIZED:
+                continue                      # one vector operation: one step
+            if lp.kind not in (LoopKind.SERIAL, LoopKind.UNROLLED):
+                break
+            bound = loop_extent_bound(state, e)
+            if state.attach is not None:      # computed at a loop: it runs over one tile
+                placed = self._placed_bound(state, lp.name)
+                bound = placed if bound is None or placed is not None and placed < bound \
+                    else bound
+            if bound is None or steps * bound > max_step or bound > MAX_UNROLL:
+                break
+            steps *= bound
+            if lp.kind is LoopKind.SERIAL:
+                chosen.append(lp.name)
+        return chosen
 
     def vectorize(self, loop) -> None:
         """Run a loop as one vector operation per statement (LLVM vector types). Serial or
