@@ -113,7 +113,8 @@ class Schedule:
             for st in self.stages:
                 if st.id == t:
                     return st.op.output
-            for x in list(self.placeholders) + [st.op.output for st in self.stages]:
+            for x in list(self.placeholders) + [x for st in self.stages
+                                                for x in st.op.outputs]:
                 if x.name == t:
                     return x
             raise ScheduleError(f"{prim}: {argname} {t!r} names no tensor of this schedule")
@@ -121,15 +122,16 @@ class Schedule:
             t = t.output
         if not isinstance(t, Tensor):
             raise ScheduleError(f"{prim}: {argname} must be a tensor, got {t!r}")
-        if any(t is p for p in self.placeholders) or any(t is st.op.output
-                                                         for st in self.stages):
+        if any(t is p for p in self.placeholders) or any(t is x for st in self.stages
+                                                         for x in st.op.outputs):
             return t
         raise ScheduleError(f"{prim}: {argname} {t.name} is not part of this schedule")
 
     def _ref(self, t: Tensor) -> str:
-        """How a trace names tensor t: its stage's id (unique) or an input's name."""
+        """How a trace names tensor t: its stage's id (unique) or an input's name (or,
+        for the second and later outputs of a tuple compute, the tensor's name)."""
         st = self._by_op.get(id(t.op))
-        return st.id if st is not None else t.name
+        return st.id if st is not None and t is st.op.output else t.name
 
     def _new_stage(self, op: ComputeOp, before: Stage) -> Stage:
         used = {st.id for st in self._by_op.values()}
@@ -203,7 +205,8 @@ def create_schedule(outputs) -> Schedule:
     if not outs:
         raise TensorlangError("create_schedule: expected at least one output tensor")
     # TVM's spelling: the operations (`create_schedule(B.op)`) for their output tensors
-    outs = [t.output if isinstance(t, Operation) else t for t in outs]
+    # (every output of a tuple compute)
+    outs = [x for t in outs for x in (t.outputs if isinstance(t, Operation) else (t,))]
     for t in outs:
         if not isinstance(t, Tensor):
             raise TensorlangError(f"create_schedule: expected tensors, got {t!r}")
