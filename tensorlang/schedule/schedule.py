@@ -25,6 +25,10 @@ class Schedule:
         self.trace: list[TraceEntry] = []
         self.stages: list[Stage] = []
         self._by_op: dict[int, Stage] = {}
+        # TVM's names for a scan's stage: its update op (s[s_update] is the scan's stage)
+        # and the computes substituted into it (which have no stage: refused, saying why)
+        self._aliases: dict[int, Stage] = {}
+        self._folded: dict[int, Stage] = {}
         self.placeholders: list[Tensor] = []
         used: set[str] = set()
         for op in _topological_ops(outputs):
@@ -38,6 +42,10 @@ class Schedule:
             st = Stage(self, op, sid)
             self.stages.append(st)
             self._by_op[id(op)] = st
+            if op.scan_update is not None:
+                self._aliases[id(op.scan_update)] = st
+                for c in op.scan_cell:
+                    self._folded[id(c)] = st
         self.program = build_program(self)
         for st in self.stages:
             st.state = self.program.initial[st.id]
@@ -50,8 +58,15 @@ class Schedule:
             raise ScheduleError(f"schedule[...] expects a tensor or operation, got {key!r}")
         if isinstance(op, PlaceholderOp):
             raise ScheduleError(f"{op.name} is a placeholder (an input); it has no stage")
-        st = self._by_op.get(id(op))
+        st = self._by_op.get(id(op)) or self._aliases.get(id(op))
         if st is None:
+            sc = self._folded.get(id(op))
+            if sc is not None:
+                raise ScheduleError(
+                    f"{op.name} is part of scan {sc.id}'s cell (it reads the scan's state, "
+                    f"so its value at step t needs step t - 1): tensorlang substitutes it into "
+                    f"the scan's recurrence, where it has no loops of its own to schedule; "
+                    f"schedule s[{sc.op.scan_update.name}] (the scan's stage, {sc.id}) instead")
             raise ScheduleError(f"{op.name} is not part of this schedule")
         return st
 

@@ -277,6 +277,11 @@ class ComputeOp(Operation):
     j is the combiner's value j); every output has the shape of the axes and one loop nest
     computes them all."""
 
+    # a scan's recurrence (te/scan.py): the update op whose stage it is, and the computes
+    # of its cell that were substituted into it
+    scan_update: ComputeOp | None = None
+    scan_cell: tuple[ComputeOp, ...] = ()
+
     def __init__(self, name: str, axis: tuple[IterVar, ...], body: Expr | None, dtype: DType,
                  is_recurrence: bool = False, output: Tensor | None = None,
                  dtypes: tuple[DType, ...] | None = None,
@@ -319,6 +324,7 @@ class ComputeOp(Operation):
         op = ComputeOp(self.name, self.axis, body, self.output.dtype, self.is_recurrence,
                        outputs=self._outputs)
         op.tag, op.attrs = self.tag, self.attrs
+        op.scan_update, op.scan_cell = self.scan_update, self.scan_cell
         return op
 
     def set_body(self, body: Expr | None) -> None:
