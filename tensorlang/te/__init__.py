@@ -9,6 +9,7 @@ from .intrin import (  # noqa: F401
 from .reduce import (  # noqa: F401
     CommReducer, Reduce, argmax, argmin, comm_reducer, max, min, nanmax, nanmin, prod, sum,
 )
+from . import tir  # noqa: F401 (TVM's tvm.tir names)
 from .scan import scan  # noqa: F401
 from .tensor import (  # noqa: F401
     ComputeOp, IterVar, Operation, PlaceholderOp, Tensor, compute, placeholder, recurrence,
