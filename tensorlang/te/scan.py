@@ -16,7 +16,7 @@ from ..deep import deep
 from ..errors import TensorlangError
 from ..ir.expr import Load, same, select
 from ..ir.visit import map_expr, substitute, walk
-from .tensor import ComputeOp, PlaceholderOp, Reduce, Tensor, _check_body
+from .tensor import ComputeOp, PlaceholderOp, Tensor, _check_body
 
 
 def _one(value, argname: str, who: str) -> Tensor:
