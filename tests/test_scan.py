@@ -11,6 +11,7 @@ import pytest
 import tensorlang as tl
 from tensorlang.ir.interp import run_lowered
 
+from .cuda.test_cuda import GPU
 from .schedule.primitives.helpers import assert_refused_with_witness
 
 RNG = np.random.default_rng(42)
@@ -130,8 +131,30 @@ def test_tutorial_gpu_schedule_compiles_once_the_step_loop_is_inside(tmp_path):
         tl.build(s, [X, s_scan], "cuda")
     s[s_update].reorder(xo, xi, s_update.op.axis[0])
     src = tl.build(s, [X, s_scan], "cuda").get_source()
+    assert "for (tl_idx t = 0;" in src
     (tmp_path / "k.cu").write_text(src)
     r = subprocess.run(["nvcc", "-ptx", "-arch=sm_90", "-std=c++17", "-o",
                         str(tmp_path / "k.ptx"), str(tmp_path / "k.cu")],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+@GPU
+@pytest.mark.gpu
+def test_scan_on_the_gpu():
+    X, s_init, s_update, s_scan = cumsum_scan()
+    s = tl.create_schedule(s_scan.op)
+    xo, xi = s[s_init].split(s_init.op.axis[1], factor=256)
+    s[s_init].bind(xo, "blockIdx.x")
+    s[s_init].bind(xi, "threadIdx.x")
+    t, i = s_update.op.axis
+    xo, xi = s[s_update].split(i, factor=256)
+    s[s_update].reorder(xo, xi, t)
+    s[s_update].bind(xo, "blockIdx.x")
+    s[s_update].bind(xi, "threadIdx.x")
+    f = tl.build(s, [X, s_scan], "cuda")
+    for shape in ((1, 1), (10, 1024), (13, 300)):
+        a = RNG.uniform(size=shape).astype(np.float32)
+        b = np.zeros_like(a)
+        f(a, b)
+        np.testing.assert_allclose(b, np.cumsum(a, axis=0), rtol=1e-5)

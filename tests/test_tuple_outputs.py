@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import tensorlang as tl
 from tensorlang.ir.interp import run_lowered
 
+from .cuda.test_cuda import GPU
 from .schedule.primitives.helpers import assert_refused_with_witness
 
 RNG = np.random.default_rng(46)
@@ -213,6 +214,40 @@ def test_cuda_source_of_a_tuple_stage_compiles(tmp_path):
                         str(tmp_path / "k.ptx"), str(tmp_path / "k.cu")],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+@GPU
+@pytest.mark.gpu
+def test_tuple_stage_and_tuple_reduction_on_the_gpu():
+    A0, A1, B0, B1 = pair()
+    s = tl.create_schedule(B0.op)
+    jo, ji = s[B0].split(B0.op.axis[1], factor=64)
+    s[B0].bind(B0.op.axis[0], "blockIdx.y")
+    s[B0].bind(jo, "blockIdx.x")
+    s[B1].bind(ji, "threadIdx.x")
+    f = tl.build(s, [A0, A1, B0, B1], target="cuda")
+    a0, a1 = (RNG.standard_normal((33, 70)).astype(np.float32) for _ in range(2))
+    b0, b1 = np.zeros_like(a0), np.zeros_like(a0)
+    f(a0, a1, b0, b1)
+    np.testing.assert_allclose(b0, a0 + 2, rtol=1e-6)
+    np.testing.assert_allclose(b1, a1 * 3, rtol=1e-6)
+    m, n = tl.var("m"), tl.var("n")
+    idx = tl.placeholder((m, n), name="idx", dtype="int32")
+    val = tl.placeholder((m, n), name="val", dtype="float32")
+    k = tl.reduce_axis((0, n), "k")
+    T0, T1 = tl.compute((m,), lambda i: argmax_reducer()((idx[i, k], val[i, k]), axis=k),
+                        name="T")
+    s = tl.create_schedule(T0.op)
+    io, ii = s[T0].split(T0.op.axis[0], factor=32)
+    s[T0].bind(io, "blockIdx.x")
+    s[T1].bind(ii, "threadIdx.x")
+    f = tl.build(s, [idx, val, T0, T1], target="cuda")
+    v = RNG.integers(0, 4, (37, 11)).astype(np.float32)
+    ix = np.tile(np.arange(11, dtype=np.int32), (37, 1))
+    t0, t1 = np.zeros(37, np.int32), np.zeros(37, np.float32)
+    f(ix, v, t0, t1)
+    np.testing.assert_array_equal(t0, v.argmax(axis=1))
+    np.testing.assert_array_equal(t1, v.max(axis=1))
 
 
 # --------------------------------------------------- property: random elementwise bodies
