@@ -2,7 +2,9 @@
 as te`, and `tvm` the same module): "Schedule Primitives in TVM" and "Reduce" (the parts
 whose primitives tensorlang has: the cross-thread reduction's `set_store_predicate` and
 `tvm.tir.const` are TVM's alone; `split(nparts=)` of a symbolic extent is refused, as
-isl cannot express it), each result checked against numpy."""
+isl cannot express it), "Compute and Reduce with Tuple Inputs" and "Scan and Recurrent Kernel"
+(its GPU schedule needs the step loop inside the bound loops here; its scan over two states
+is refused), each result checked against numpy."""
 
 import types
 
@@ -159,6 +161,164 @@ def test_reduction_tutorial():
     b = np.zeros(5, "f4")
     f(a, b)
     np.testing.assert_allclose(b, a.prod(1), rtol=1e-5)
+
+
+def test_tuple_inputs_tutorial():
+    # describe batchwise computation
+    n = te.var("n")
+    m = te.var("m")
+    A0 = te.placeholder((m, n), name="A0")
+    A1 = te.placeholder((m, n), name="A1")
+    B0, B1 = te.compute((m, n), lambda i, j: (A0[i, j] + 2, A1[i, j] * 3), name="B")
+
+    # The generated IR code would be:
+    s = te.create_schedule(B0.op)
+    text = str(tvm.lower(s, [A0, A1, B0, B1], simple_mode=True))
+    assert text.count("for ") == 2
+    f = tvm.build(s, [A0, A1, B0, B1])
+    rng = np.random.default_rng(3)
+    for shape in ((1, 1), (7, 13), (40, 65)):
+        a0, a1 = (rng.standard_normal(shape).astype("f4") for _ in range(2))
+        b0, b1 = np.zeros(shape, "f4"), np.zeros(shape, "f4")
+        f(a0, a1, b0, b1)
+        np.testing.assert_allclose(b0, a0 + 2, rtol=1e-6)
+        np.testing.assert_allclose(b1, a1 * 3, rtol=1e-6)
+
+    # describe reduction with tuple inputs
+    # x and y are the operands of reduction, both of them is a tuple of index
+    # and value.
+    def fcombine(x, y):
+        lhs = tvm.tir.Select((x[1] >= y[1]), x[0], y[0])
+        rhs = tvm.tir.Select((x[1] >= y[1]), x[1], y[1])
+        return lhs, rhs
+
+    # our identity element also need to be a tuple, so `fidentity` accepts
+    # two types as inputs.
+    def fidentity(t0, t1):
+        return tvm.tir.const(-1, t0), tvm.te.min_value(t1)
+
+    argmax = te.comm_reducer(fcombine, fidentity, name="argmax")
+
+    # describe the reduction computation
+    m = te.var("m")
+    n = te.var("n")
+    idx = te.placeholder((m, n), name="idx", dtype="int32")
+    val = te.placeholder((m, n), name="val", dtype="int32")
+    k = te.reduce_axis((0, n), "k")
+    T0, T1 = te.compute((m,), lambda i: argmax((idx[i, k], val[i, k]), axis=k), name="T")
+
+    # the generated IR code would be:
+    s = te.create_schedule(T0.op)
+    text = str(tvm.lower(s, [idx, val, T0, T1], simple_mode=True))
+    assert "for k" in text
+    f = tvm.build(s, [idx, val, T0, T1])
+    for shape in ((1, 1), (7, 13), (40, 65)):
+        v = rng.integers(-5, 5, shape).astype("i4")
+        ix = np.tile(np.arange(shape[1], dtype="i4"), (shape[0], 1))
+        t0, t1 = np.zeros(shape[0], "i4"), np.zeros(shape[0], "i4")
+        f(ix, v, t0, t1)
+        np.testing.assert_array_equal(t0, v.argmax(1))
+        np.testing.assert_array_equal(t1, v.max(1))
+
+    # schedule operation with tuple inputs
+    n = te.var("n")
+    m = te.var("m")
+    A0 = te.placeholder((m, n), name="A0")
+    B0, B1 = te.compute((m, n), lambda i, j: (A0[i, j] + 2, A0[i, j] * 3), name="B")
+    A1 = te.placeholder((m, n), name="A1")
+    C = te.compute((m, n), lambda i, j: A1[i, j] + B0[i, j], name="C")
+
+    s = te.create_schedule(C.op)
+    s[B0].compute_at(s[C], C.op.axis[0])
+    # as you can see in the below generated IR code:
+    text = str(tvm.lower(s, [A0, A1, C], simple_mode=True))
+    assert "B_v0 = allocate(float32, [1, n], 'local')" in text
+    assert "B_v1 = allocate(float32, [1, n], 'local')" in text
+    f = tvm.build(s, [A0, A1, C])
+    for shape in ((1, 1), (7, 13), (40, 65)):
+        a0, a1 = (rng.standard_normal(shape).astype("f4") for _ in range(2))
+        c = np.zeros(shape, "f4")
+        f(a0, a1, c)
+        np.testing.assert_allclose(c, a1 + (a0 + 2), rtol=1e-6)
+
+
+def test_scan_tutorial():
+    m = te.var("m")
+    n = te.var("n")
+    X = te.placeholder((m, n), name="X")
+    s_state = te.placeholder((m, n))
+    s_init = te.compute((1, n), lambda _, i: X[0, i])
+    s_update = te.compute((m, n), lambda t, i: s_state[t - 1, i] + X[t, i])
+    s_scan = tvm.te.scan(s_init, s_update, s_state, inputs=[X])
+
+    # schedule the scan cell
+    s = te.create_schedule(s_scan.op)
+    num_thread = 256
+    block_x = te.thread_axis("blockIdx.x")
+    thread_x = te.thread_axis("threadIdx.x")
+    xo, xi = s[s_init].split(s_init.op.axis[1], factor=num_thread)
+    s[s_init].bind(xo, block_x)
+    s[s_init].bind(xi, thread_x)
+    xo, xi = s[s_update].split(s_update.op.axis[1], factor=num_thread)
+    s[s_update].bind(xo, block_x)
+    s[s_update].bind(xi, thread_x)
+    assert "threadIdx.x" in str(tvm.lower(s, [X, s_scan], simple_mode=True))
+
+    # build and verify: TVM keeps the step loop inside the kernel's bound loops; tensorlang
+    # binds only outermost loops and says so, and the step loop moved inside them works
+    with pytest.raises(te.ScheduleError, match="not among the outermost"):
+        tvm.build(s, [X, s_scan], "cuda", name="myscan")
+    s[s_update].reorder(xo, xi, s_update.op.axis[0])
+    assert "__global__" in tvm.build(s, [X, s_scan], "cuda", name="myscan").get_source()
+    s = te.create_schedule(s_scan.op)     # the same scan, on the CPU
+    fscan = tvm.build(s, [X, s_scan], name="myscan")
+    n = 1024
+    m = 10
+    a_np = np.random.uniform(size=(m, n)).astype(s_scan.dtype)
+    b = np.zeros((m, n), dtype=s_scan.dtype)
+    fscan(a_np, b)
+    np.testing.assert_allclose(b, np.cumsum(a_np, axis=0), rtol=1e-5)
+
+    # multi-stage scan cell
+    m = te.var("m")
+    n = te.var("n")
+    X = te.placeholder((m, n), name="X")
+    s_state = te.placeholder((m, n))
+    s_init = te.compute((1, n), lambda _, i: X[0, i])
+    s_update_s1 = te.compute((m, n), lambda t, i: s_state[t - 1, i] * 2, name="s1")
+    s_update_s2 = te.compute((m, n), lambda t, i: s_update_s1[t, i] + X[t, i], name="s2")
+    s_scan = tvm.te.scan(s_init, s_update_s2, s_state, inputs=[X])
+
+    s = te.create_schedule(s_scan.op)
+    xo, xi = s[s_update_s2].split(s_update_s2.op.axis[1], factor=32)
+    # s1 reads the state: tensorlang substitutes it into the scan's recurrence, so it has
+    # no stage to compute_at, and the refusal says so
+    with pytest.raises(te.ScheduleError, match="s1 is part of scan scan's cell"):
+        s[s_update_s1].compute_at(s[s_update_s2], xo)
+    assert "i_outer" in str(tvm.lower(s, [X, s_scan], simple_mode=True))
+    a_np = np.random.uniform(size=(6, 37)).astype("f4")
+    b = np.zeros_like(a_np)
+    tvm.build(s, [X, s_scan])(a_np, b)
+    want = a_np.copy()
+    for t in range(1, 6):
+        want[t] = want[t - 1] * 2 + a_np[t]
+    np.testing.assert_allclose(b, want, rtol=1e-5)
+
+    # multiple states
+    m = te.var("m")
+    n = te.var("n")
+    l = te.var("l")  # noqa: E741 (the tutorial's name)
+    X = te.placeholder((m, n), name="X")
+    s_state1 = te.placeholder((m, n))
+    s_state2 = te.placeholder((m, l))
+    s_init1 = te.compute((1, n), lambda _, i: X[0, i])
+    s_init2 = te.compute((1, l), lambda _, i: 0.0)
+    s_update1 = te.compute((m, n), lambda t, i: s_state1[t - 1, i] + X[t, i])
+    s_update2 = te.compute((m, l), lambda t, i: s_state2[t - 1, i] + s_state1[t - 1, 0])
+    with pytest.raises(NotImplementedError, match="several states"):
+        s_scan1, s_scan2 = tvm.te.scan(
+            [s_init1, s_init2], [s_update1, s_update2], [s_state1, s_state2], inputs=[X]
+        )
 
 
 def _check(f, fn, shape):

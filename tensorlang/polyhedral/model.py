@@ -15,7 +15,7 @@ import islpy as isl
 from ..ir.expr import And, Const, Expr, Load, Select, Var
 from ..ir.stmt import Buffer, If, Let, LoopKind, Stmt, Store, seq
 from ..te.reduce import Reduce
-from ..te.tensor import ComputeOp, IterVar
+from ..te.tensor import ComputeOp, IterVar, TupleBody
 from .affine import affine_part, affine_str, condition_set, conjuncts
 
 
@@ -129,6 +129,9 @@ def stage_statements(stage: str, op: ComputeOp, state: StageState,
     spatial = tuple(a.name for a in op.axis)
     idx = tuple(a.var for a in op.axis)
     body = op.body
+    if isinstance(body, TupleBody):   # several outputs: one store each, at the same point
+        return [Statement(stage, stage, spatial, state.domain,
+                          seq(Store(t, idx, v) for t, v in zip(op.outputs, body.values)))]
     if not isinstance(body, Reduce):
         return [Statement(stage, stage, spatial, state.domain, Store(op.output, idx, body))]
     comb = body.combiner
@@ -137,7 +140,7 @@ def stage_statements(stage: str, op: ComputeOp, state: StageState,
     init_dom = state.spatial_domain.set_tuple_name(f"{stage}_init")
     old = tuple(Load(acc, idx) for acc in accumulators)
     new = comb.combine(old, body.source)
-    temps = tuple(Var(f"{op.name}_v{j}" if len(new) > 1 else f"{op.name}_v", e.dtype)
+    temps = tuple(Var(f"{op.name}_next{j}" if len(new) > 1 else f"{op.name}_next", e.dtype)
                   for j, e in enumerate(new))
     if len(new) == 1:
         update: Stmt = Store(accumulators[0], idx, new[0])
@@ -242,10 +245,11 @@ def buffer_box(bufname: str, shape: tuple[Expr, ...], params: str) -> isl.Set:
 
 
 def accumulator_buffers(op: ComputeOp) -> tuple[object, ...]:
-    """The running values of a reduction: the output tensor and internal buffers for the rest."""
+    """The running values of a reduction: the output tensor and internal buffers for the rest
+    (a tuple reduction's values are all outputs); a pure compute's outputs."""
     body = op.body
-    if not isinstance(body, Reduce):
-        return (op.output,)
+    if not isinstance(body, Reduce) or len(op.outputs) > 1:
+        return tuple(op.outputs)
     out = []
     for j, ident in enumerate(body.combiner.identity):
         if j == body.value_index:

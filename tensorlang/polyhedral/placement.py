@@ -33,6 +33,7 @@ from .deps import Witness, pick_pair
 from .isl_expr import pw_aff_expr, set_expr  # noqa: F401 (set_expr: placement's API)
 from .model import Loop, StageState, Statement
 from .transform import pw_extremes
+from ..te.tensor import Tensor
 
 PREFIX = "tl__p"  # names of the prefix dimensions of expanded statements
 
@@ -144,6 +145,10 @@ def _attach(prog, states, entries: list[Entry], sid: str, st: StageState) -> lis
     k = li + 1
     scope = tuple(A.padded(li + 2)[:li + 2])
     out_id = id(prog.stage_output(sid))
+    # every output of the stage (a tuple compute has several) is computed over one
+    # footprint: the elements of any of them read inside the loop
+    out_ids = [id(t) for t in prog.stage_tensors(sid) if isinstance(t, Tensor)]
+    elem0 = prog.bufs[out_id].name
     mine = [e for e in entries if prog.info[e.orig].stage == sid]
 
     def in_scope(e: Entry) -> bool:
@@ -152,9 +157,14 @@ def _attach(prog, states, entries: list[Entry], sid: str, st: StageState) -> lis
     foot = None
     outside = []
     for e in entries:
-        if prog.info[e.orig].stage == sid or out_id not in e.reads:
+        if prog.info[e.orig].stage == sid:
             continue
-        rd = e.reads[out_id]
+        rds = [e.reads[t] for t in out_ids if t in e.reads]
+        if not rds:
+            continue
+        rd = rds[0].set_tuple_name(isl.dim_type.out, elem0)
+        for r in rds[1:]:
+            rd = rd.union(r.set_tuple_name(isl.dim_type.out, elem0))
         if rd.is_empty():
             continue
         if not in_scope(e):

@@ -65,7 +65,7 @@ def cache_read(sch: Schedule, tensor, scope: str, readers) -> Tensor:
             raise ScheduleError(f"cache_read: stage {st.id} does not read {t.name}")
         rs.append(st)
     call = Call("cache_read", (sch._ref(t), scope, tuple(st.id for st in rs)))
-    producer = next((st for st in sch.stages if st.op.output is t), None)
+    producer = next((st for st in sch.stages if any(t is o for o in st.op.outputs)), None)
     if producer is not None and any(r is producer for r in rs):
         # a recurrence reading its own earlier values: a copy made before it runs is stale
         # for every later iteration (a copy inside its loop is not a stage of its own)
@@ -108,6 +108,9 @@ def cache_write(sch: Schedule, tensor, scope: str) -> Tensor:
     if st.op.is_recurrence:
         raise ScheduleError(f"cache_write: {st.id} is a recurrence, which reads its own "
                             "output; it cannot be computed into a separate cache")
+    if len(st.op.outputs) > 1:
+        raise NotImplementedError(f"cache_write: {st.id} computes several outputs (a tuple "
+                                  "compute); caching them together is not supported yet")
     old = st.op
     cop = ComputeOp(f"{old.name}_{scope}", old.axis, old.body, t.dtype)
     axes = _fresh_axes(old)
@@ -208,7 +211,7 @@ def rfactor(sch: Schedule, tensor, axis) -> Tensor:
     body = st.op.body
     if not isinstance(body, Reduce):
         raise ScheduleError(f"rfactor: {st.id} is not a reduction")
-    if len(body.combiner.identity) != 1:
+    if len(body.combiner.identity) != 1 or len(st.op.outputs) > 1:
         raise NotImplementedError(f"rfactor: {st.id} reduces several values at once "
                                   f"({body.combiner.name}); rfactor supports reducers of "
                                   "one value (sum, min, max, prod, comm_reducer)")
@@ -340,6 +343,10 @@ def reorder_storage(sch: Schedule, st: Stage, axes) -> Tensor:
         raise ScheduleError(f"reorder_storage: {st.id} is an output of the schedule; its "
                             "layout is the caller's (reorder the storage of a cache_write "
                             "stage instead)")
+    if len(st.op.outputs) > 1:
+        raise NotImplementedError(f"reorder_storage: {st.id} computes several outputs (a "
+                                  "tuple compute); reordering their storage together is not "
+                                  "supported yet")
     if st.op.is_recurrence:
         raise ScheduleError(f"reorder_storage: {st.id} is a recurrence, which reads its own "
                             "output; its layout is fixed")

@@ -71,7 +71,8 @@ def _check_args(s: Schedule, args) -> list[object]:
     for o in s.outputs:
         if id(o) not in tensors:
             raise TensorlangError(f"args: the output {o.name} is not in args")
-    known = {id(p) for p in s.placeholders} | {id(st.op.output) for st in s.stages}
+    known = {id(p) for p in s.placeholders} | {id(t) for st in s.stages
+                                                   for t in st.op.outputs}
     for a in args:
         if isinstance(a, Tensor) and id(a) not in known:
             raise TensorlangError(f"args: {a.name} is not part of this schedule")

@@ -85,7 +85,7 @@ def program_params(schedule) -> tuple[list[str], set[str]]:
     """All scalar variables of the program (first-use order) and those that are sizes."""
     order: dict[str, None] = {}
     sizes: set[str] = set()
-    tensors = list(schedule.placeholders) + [st.op.output for st in schedule.stages]
+    tensors = list(schedule.placeholders) + [t for st in schedule.stages for t in st.op.outputs]
     for t in tensors:
         for s in t.shape:
             for n in free_vars(s):
@@ -461,7 +461,7 @@ def build_program(schedule, prev: Program | None = None) -> Program:
         bufs[id(t)] = old
         tensors[id(t)] = t
 
-    for t in list(schedule.placeholders) + [st.op.output for st in stages]:
+    for t in list(schedule.placeholders) + [t for st in stages for t in st.op.outputs]:
         buffer(t)
     accs: dict[str, tuple] = {}
     for st in stages:

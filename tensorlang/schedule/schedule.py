@@ -25,6 +25,10 @@ class Schedule:
         self.trace: list[TraceEntry] = []
         self.stages: list[Stage] = []
         self._by_op: dict[int, Stage] = {}
+        # TVM's names for a scan's stage: its update op (s[s_update] is the scan's stage)
+        # and the computes substituted into it (which have no stage: refused, saying why)
+        self._aliases: dict[int, Stage] = {}
+        self._folded: dict[int, Stage] = {}
         self.placeholders: list[Tensor] = []
         used: set[str] = set()
         for op in _topological_ops(outputs):
@@ -38,6 +42,10 @@ class Schedule:
             st = Stage(self, op, sid)
             self.stages.append(st)
             self._by_op[id(op)] = st
+            if op.scan_update is not None:
+                self._aliases[id(op.scan_update)] = st
+                for c in op.scan_cell:
+                    self._folded[id(c)] = st
         self.program = build_program(self)
         for st in self.stages:
             st.state = self.program.initial[st.id]
@@ -50,8 +58,15 @@ class Schedule:
             raise ScheduleError(f"schedule[...] expects a tensor or operation, got {key!r}")
         if isinstance(op, PlaceholderOp):
             raise ScheduleError(f"{op.name} is a placeholder (an input); it has no stage")
-        st = self._by_op.get(id(op))
+        st = self._by_op.get(id(op)) or self._aliases.get(id(op))
         if st is None:
+            sc = self._folded.get(id(op))
+            if sc is not None:
+                raise ScheduleError(
+                    f"{op.name} is part of scan {sc.id}'s cell (it reads the scan's state, "
+                    f"so its value at step t needs step t - 1): tensorlang substitutes it into "
+                    f"the scan's recurrence, where it has no loops of its own to schedule; "
+                    f"schedule s[{sc.op.scan_update.name}] (the scan's stage, {sc.id}) instead")
             raise ScheduleError(f"{op.name} is not part of this schedule")
         return st
 
@@ -113,7 +128,8 @@ class Schedule:
             for st in self.stages:
                 if st.id == t:
                     return st.op.output
-            for x in list(self.placeholders) + [st.op.output for st in self.stages]:
+            for x in list(self.placeholders) + [x for st in self.stages
+                                                for x in st.op.outputs]:
                 if x.name == t:
                     return x
             raise ScheduleError(f"{prim}: {argname} {t!r} names no tensor of this schedule")
@@ -121,15 +137,16 @@ class Schedule:
             t = t.output
         if not isinstance(t, Tensor):
             raise ScheduleError(f"{prim}: {argname} must be a tensor, got {t!r}")
-        if any(t is p for p in self.placeholders) or any(t is st.op.output
-                                                         for st in self.stages):
+        if any(t is p for p in self.placeholders) or any(t is x for st in self.stages
+                                                         for x in st.op.outputs):
             return t
         raise ScheduleError(f"{prim}: {argname} {t.name} is not part of this schedule")
 
     def _ref(self, t: Tensor) -> str:
-        """How a trace names tensor t: its stage's id (unique) or an input's name."""
+        """How a trace names tensor t: its stage's id (unique) or an input's name (or,
+        for the second and later outputs of a tuple compute, the tensor's name)."""
         st = self._by_op.get(id(t.op))
-        return st.id if st is not None else t.name
+        return st.id if st is not None and t is st.op.output else t.name
 
     def _new_stage(self, op: ComputeOp, before: Stage) -> Stage:
         used = {st.id for st in self._by_op.values()}
@@ -203,7 +220,8 @@ def create_schedule(outputs) -> Schedule:
     if not outs:
         raise TensorlangError("create_schedule: expected at least one output tensor")
     # TVM's spelling: the operations (`create_schedule(B.op)`) for their output tensors
-    outs = [t.output if isinstance(t, Operation) else t for t in outs]
+    # (every output of a tuple compute)
+    outs = [x for t in outs for x in (t.outputs if isinstance(t, Operation) else (t,))]
     for t in outs:
         if not isinstance(t, Tensor):
             raise TensorlangError(f"create_schedule: expected tensors, got {t!r}")

@@ -442,7 +442,7 @@ class Stage:
             raise ScheduleError(f"compute_at: stage {self.id} cannot be computed inside "
                                 "its own loop")
         loop = parent._loop(axis, "compute_at", "axis")
-        if any(self.op.output is o for o in sch.outputs):
+        if any(t is o for t in self.op.outputs for o in sch.outputs):
             raise ScheduleError(f"compute_at: {self.id} is an output of the schedule; outputs "
                                 "are computed at root, in their own buffers")
         p = parent
@@ -487,9 +487,14 @@ class Stage:
             raise ScheduleError(f"compute_inline: {self.id} is {kind}; only a pure "
                                 "elementwise compute can be substituted into its readers "
                                 "(compute it at a loop of its reader with compute_at instead)")
-        if any(self.op.output is o for o in sch.outputs):
+        if any(t is o for t in self.op.outputs for o in sch.outputs):
             raise ScheduleError(f"compute_inline: {self.id} is an output of the schedule; "
                                 "outputs are stored in their own buffers")
+        if len(self.op.outputs) > 1:
+            raise ScheduleError(f"compute_inline: {self.id} computes several outputs in one "
+                                "stage (a tuple compute); inlining would compute each value "
+                                "apart, so, as in TVM, it is refused: compute it at a loop of "
+                                "its reader with compute_at instead")
         inside = [st.id for st in sch.stages
                   if st.state.attach is not None and st.state.attach[0] == self.id]
         if inside:

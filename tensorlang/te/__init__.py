@@ -1,4 +1,5 @@
-"""The tensor-expression language: placeholder, compute, reduce_axis, reducers, intrinsics."""
+"""The tensor-expression language: placeholder, compute, reduce_axis, reducers, intrinsics,
+recurrences and scans."""
 
 from .intrin import (  # noqa: F401
     abs, all, any, ceil, cos, erf, exp, floor, floordiv, floormod, fmax, fmin, if_then_else,
@@ -8,6 +9,8 @@ from .intrin import (  # noqa: F401
 from .reduce import (  # noqa: F401
     CommReducer, Reduce, argmax, argmin, comm_reducer, max, min, nanmax, nanmin, prod, sum,
 )
+from . import tir  # noqa: F401 (TVM's tvm.tir names)
+from .scan import scan  # noqa: F401
 from .tensor import (  # noqa: F401
     ComputeOp, IterVar, Operation, PlaceholderOp, Tensor, compute, placeholder, recurrence,
     reduce_axis, size_var, var,

@@ -51,12 +51,20 @@ def comm_reducer(fcombine: Callable, fidentity, name: str = "reduce") -> Callabl
 
     `fidentity` is a function of the dtype (``lambda t: tl.const(0, t)``) or a number.
     The returned reducer is called as ``r(expr, axis=k, where=None)``.
+
+    Over a tuple of expressions (TVM's tuple reducer, e.g. an argmax over index and value
+    tensors), ``r((a, b), axis=k)`` returns a tuple of reductions, one per value, to be
+    the tuple body of one compute: `fcombine(x, y)` then takes and returns tuples, and
+    `fidentity(t0, t1, ...)` takes the values' dtypes and returns a tuple (or is a tuple of
+    numbers).
     """
     if not callable(fcombine):
         raise TensorlangError("comm_reducer: fcombine must be a function of (x, y)")
 
-    def reducer(expr, axis, where=None) -> Reduce:
+    def reducer(expr, axis, where=None):
         who = f"{name}"
+        if isinstance(expr, (tuple, list)):
+            return _tuple_reduce(fcombine, fidentity, name, tuple(expr), axis, where)
         src = to_expr(expr, f"{who} expr")
         d = src.dtype
         x, y = Var("__acc", d), Var("__val", d)
@@ -71,6 +79,37 @@ def comm_reducer(fcombine: Callable, fidentity, name: str = "reduce") -> Callabl
 
     reducer.__name__ = name
     return reducer
+
+
+def _tuple_reduce(fcombine, fidentity, name: str, exprs: tuple, axis, where
+                  ) -> tuple[Reduce, ...]:
+    """`comm_reducer`'s reducer over a tuple of expressions: one Reduce per value."""
+    who = name
+    if not exprs:
+        raise TensorlangError(f"{who}: expr is an empty tuple; give one expression per value")
+    src = tuple(to_expr(e, f"{who} expr {j}") for j, e in enumerate(exprs))
+    dts = tuple(e.dtype for e in src)
+    lhs = tuple(Var(f"__acc{j}", d) for j, d in enumerate(dts))
+    rhs = tuple(Var(f"__val{j}", d) for j, d in enumerate(dts))
+    res = fcombine(lhs, rhs)
+    if not isinstance(res, (tuple, list)) or len(res) != len(src):
+        raise TensorlangError(f"{who}: fcombine must return a tuple of {len(src)} values "
+                              f"(one per value reduced), got {res!r}")
+    res = tuple(cast(d, to_expr(r, f"{who} fcombine result {j}"))
+                for j, (r, d) in enumerate(zip(res, dts)))
+    ident = fidentity(*dts) if callable(fidentity) else fidentity
+    if not isinstance(ident, (tuple, list)) or len(ident) != len(src):
+        raise TensorlangError(f"{who}: fidentity must give a tuple of {len(src)} identities "
+                              f"(one per value reduced), got {ident!r}")
+    idents = []
+    for j, (v, d) in enumerate(zip(ident, dts)):
+        c = cast(d, to_expr(v, f"{who} identity {j}") if isinstance(v, Expr) else const(v, d))
+        if not isinstance(c, Const):
+            raise TensorlangError(f"{who}: identity {j} must be a constant, got {c}")
+        idents.append(c)
+    comb = CommReducer(name, lhs, rhs, res, tuple(idents))
+    axes, w = _axes(axis, who), _where(where, who)
+    return tuple(Reduce(comb, src, axes, w, j, d) for j, d in enumerate(dts))
 
 
 def _builtin(name: str, fcombine, fidentity, no_bool: bool = False):

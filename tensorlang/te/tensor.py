@@ -164,14 +164,34 @@ class Reduce(Expr):
 
 
 # ------------------------------------------------------------------------------ tensors
-class Tensor:
-    """The output of an operation: a multi-dimensional array of one dtype."""
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class TupleBody(Expr):
+    """The body of a compute with several outputs: output j's value at the point is
+    `values[j]` (TVM's tuple-valued compute). Not a value itself: it is only ever the whole
+    body of a `ComputeOp`, whose statement stores each value into its own tensor."""
 
-    def __init__(self, op: Operation, shape: tuple[Expr, ...], dtype: DType, name: str):
+    values: tuple[Expr, ...]
+    dtype: DType
+
+    def rebuild(self, kids: tuple[Expr, ...]) -> TupleBody:
+        return TupleBody(tuple(kids), self.dtype)
+
+    def _print(self, fmt) -> str:
+        return f"({', '.join(fmt(v) for v in self.values)})"
+
+
+class Tensor:
+    """The output of an operation: a multi-dimensional array of one dtype. An operation
+    with several outputs (a tuple-valued compute) has one tensor per value; `value_index`
+    says which (TVM's `Tensor.value_index`)."""
+
+    def __init__(self, op: Operation, shape: tuple[Expr, ...], dtype: DType, name: str,
+                 value_index: int = 0):
         self.op = op
         self.shape = shape
         self.dtype = dtype
         self.name = name
+        self.value_index = value_index
 
     @property
     def ndim(self) -> int:
@@ -225,6 +245,15 @@ class Operation:
     output: Tensor
 
     @property
+    def outputs(self) -> tuple[Tensor, ...]:
+        """Every tensor the operation produces (one, or one per value of a tuple compute)."""
+        return (self.output,)
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.outputs)
+
+    @property
     def input_tensors(self) -> list[Tensor]:
         return []
 
@@ -241,24 +270,61 @@ class PlaceholderOp(Operation):
 
 
 class ComputeOp(Operation):
-    """out[axis] = body, where body may be a Reduce over reduce_axis."""
+    """out[axis] = body, where body may be a Reduce over reduce_axis.
+
+    With several outputs (`dtypes` has one entry per output), the body is a `TupleBody`
+    (output j is its value j) or a `Reduce` whose combiner has one value per output (output
+    j is the combiner's value j); every output has the shape of the axes and one loop nest
+    computes them all."""
+
+    # a scan's recurrence (te/scan.py): the update op whose stage it is, and the computes
+    # of its cell that were substituted into it
+    scan_update: ComputeOp | None = None
+    scan_cell: tuple[ComputeOp, ...] = ()
 
     def __init__(self, name: str, axis: tuple[IterVar, ...], body: Expr | None, dtype: DType,
-                 is_recurrence: bool = False, output: Tensor | None = None):
+                 is_recurrence: bool = False, output: Tensor | None = None,
+                 dtypes: tuple[DType, ...] | None = None,
+                 outputs: tuple[Tensor, ...] | None = None):
         self.name = name
         self.axis = axis
         self.is_recurrence = is_recurrence
-        # a schedule may rewrite a compute (inlining, caching) while it keeps its tensor
-        self.output = output if output is not None else Tensor(
-            self, tuple(a.extent for a in axis), dtype, name)
+        shape = tuple(a.extent for a in axis)
+        # a schedule may rewrite a compute (inlining, caching) while it keeps its tensors
+        if outputs is not None:
+            self._outputs = outputs
+        elif dtypes is not None and len(dtypes) > 1:
+            self._outputs = tuple(Tensor(self, shape, d, f"{name}_v{j}", j)
+                                  for j, d in enumerate(dtypes))
+        else:
+            self._outputs = (output if output is not None else
+                             Tensor(self, shape, dtype, name),)
+        self.output = self._outputs[0]
         self.tag, self.attrs = "", {}     # the user's labels (compute's tag=, attrs=)
         self.set_body(body)
 
+    @property
+    def outputs(self) -> tuple[Tensor, ...]:
+        return self._outputs
+
+    @property
+    def bodies(self) -> tuple[Expr, ...]:
+        """The expression of each output: a tuple body's values, or a tuple reduction with
+        the value index of each output."""
+        b = self.body
+        if isinstance(b, TupleBody):
+            return b.values
+        if isinstance(b, Reduce) and len(self._outputs) > 1:
+            return tuple(Reduce(b.combiner, b.source, b.axis, b.where, j, t.dtype)
+                         for j, t in enumerate(self._outputs))
+        return (b,)
+
     def with_body(self, body: Expr) -> ComputeOp:
-        """The same compute (axes, output tensor) with another body: a schedule's rewrite."""
+        """The same compute (axes, output tensors) with another body: a schedule's rewrite."""
         op = ComputeOp(self.name, self.axis, body, self.output.dtype, self.is_recurrence,
-                       self.output)
+                       outputs=self._outputs)
         op.tag, op.attrs = self.tag, self.attrs
+        op.scan_update, op.scan_cell = self.scan_update, self.scan_cell
         return op
 
     def set_body(self, body: Expr | None) -> None:
@@ -271,7 +337,7 @@ class ComputeOp(Operation):
         seen: dict[int, Tensor] = {}
         for e in walk(self.body):
             if isinstance(e, Load) and isinstance(e.buffer, Tensor) and \
-                    e.buffer is not self.output:
+                    all(e.buffer is not t for t in self._outputs):
                 seen.setdefault(id(e.buffer), e.buffer)
         return list(seen.values())
 
@@ -339,28 +405,62 @@ def _spatial_axes(kind: str, name: str, shape, fcompute, skip: int):
 
 
 @deep
-def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -> Tensor:
+def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None):
     """A tensor whose element at each index is `fcompute(*index)`. `tag` and `attrs` are
     kept on the operation (`op.tag`, `op.attrs`) for the user's own bookkeeping, as TVM's
     (TOPI's schedules dispatch on them); they do not change the computation.
 
+    When `fcompute` returns a tuple, the result is a tuple of tensors (`name_v0`,
+    `name_v1`, ...) computed by one stage: one loop nest stores every value at each point,
+    and `B0.op is B1.op` (TVM's tuple outputs). A tuple of reductions must be the values
+    of one tuple reducer (`tl.comm_reducer` over a tuple), as TVM's argmax.
+
     >>> A = placeholder((4,), name="A")
     >>> compute((4,), lambda i: A[i] * 2.0, name="B").op.body
     A[i] * 2.0
+    >>> B0, B1 = compute((4,), lambda i: (A[i] + 1.0, A[i] * 3.0), name="B")
+    >>> B0.op is B1.op, B1.name
+    (True, 'B_v1')
     """
     who, shape, axis = _spatial_axes("compute", name, shape, fcompute, 0)
     body = fcompute(*axis)
+    dtypes = None
     if isinstance(body, (tuple, list)):
-        raise NotImplementedError(f"{who}: computes with several outputs are not supported yet")
-    body = to_expr(body, f"{who} body")
+        body, dtypes = _tuple_body(tuple(body), who)
+    else:
+        body = to_expr(body, f"{who} body")
     _check_body(body, axis, shape, who)
     if not isinstance(tag, str):
         raise TensorlangError(f"{who}: tag must be a string, got {tag!r}")
     if attrs is not None and not isinstance(attrs, dict):
         raise TensorlangError(f"{who}: attrs must be a dict, got {type(attrs).__name__}")
-    op = ComputeOp(name, axis, body, body.dtype)
+    op = ComputeOp(name, axis, body, body.dtype, dtypes=dtypes)
     op.tag, op.attrs = tag, dict(attrs or {})
-    return op.output
+    return op.outputs if dtypes is not None and len(dtypes) > 1 else op.output
+
+
+def _tuple_body(values: tuple, who: str) -> tuple[Expr, tuple[DType, ...]]:
+    """The body of a compute whose fcompute returned a tuple, and its outputs' dtypes."""
+    if not values:
+        raise TensorlangError(f"{who}: fcompute returned an empty tuple; return at least "
+                              "one value")
+    vals = tuple(to_expr(v, f"{who} body value {j}") for j, v in enumerate(values))
+    if len(vals) == 1:
+        return vals[0], (vals[0].dtype,)
+    reds = [v for v in vals if isinstance(v, Reduce)]
+    if not reds:
+        return TupleBody(vals, vals[0].dtype), tuple(v.dtype for v in vals)
+    first = reds[0]
+    n = len(first.combiner.identity)
+    if len(reds) != len(vals) or len(vals) != n or any(
+            r.combiner is not first.combiner or r.source is not first.source
+            or r.axis != first.axis or r.where is not first.where for r in reds) or \
+            [r.value_index for r in reds] != list(range(n)):
+        raise TensorlangError(
+            f"{who}: a tuple of reductions must be every value of one tuple reducer, in "
+            "order (idx, val = compute(..., lambda i: argmax((A0[i, k], A1[i, k]), axis=k))); "
+            "compute other reductions in stages of their own")
+    return first, tuple(r.dtype for r in reds)
 
 
 @deep
