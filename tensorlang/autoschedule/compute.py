@@ -35,7 +35,8 @@ LOOP_OPS = 2              # a loop's own instructions an iteration: increment, c
 MINMAX_LATENCY = 7        # a NaN-propagating max: compare, blend, max, dependent
 INTERLEAVE = 4            # accumulators LLVM's loop vectoriser keeps for a reduction
 CALL_COST = {"exp": 16, "log": 20, "tanh": 30, "erf": 30, "sigmoid": 20, "sqrt": 6,
-             "rsqrt": 6, "pow": 40, "sin": 30, "cos": 30, "fmax": 1, "fmin": 1}
+             "rsqrt": 6, "pow": 40, "sin": 30, "cos": 30, "fmax": 1, "fmin": 1,
+             "fmax_any": 1}
 MASKED_CYCLES = 10        # a masked vector load or store (a row's partial last vector)
 CONFLICT_CYCLES = 20      # a lane of a vector store whose lanes are 4 KiB apart (L1 sets)
 SMALL_LOOP = 4            # LLVM unrolls innermost loops this short completely
@@ -473,7 +474,7 @@ def _is_minmax(st: PlacedStatement) -> bool:
     """A max or min update: NaN-propagating (Max, Min) or NaN-ignoring (fmax, fmin)."""
     v = _minmax_value(st)
     return isinstance(v, (Max, Min)) or \
-        (isinstance(v, Call) and v.name in ("fmax", "fmin"))
+        (isinstance(v, Call) and v.name in ("fmax", "fmin", "fmax_any"))
 
 
 def _nan_propagating(st: PlacedStatement) -> bool:

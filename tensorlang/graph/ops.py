@@ -21,6 +21,7 @@ import tensorlang as tl
 from . import api
 from . import shapes as S
 from .registry import OPS, OpDef, register_op  # noqa: F401 (OPS, OpDef: the ops' API)
+from ..te.reduce import shift_max
 
 
 def _add_t(a, b):
@@ -529,11 +530,12 @@ def _softmax_te(log):
         def along(r):
             return lambda *i: tuple(r if d == ax else i[d] for d in range(len(shp)))
         r1 = tl.reduce_axis((0, shp[ax]), name="r1")
-        # the row's maximum only shifts the exponents (it cancels in the quotient): NaN may
-        # be ignored there (nanmax: one vmaxps a vector; max's NaN and signed-zero rules
-        # cost a compare and three blends, a large share of softmax's time) — a row with a
-        # NaN is NaN throughout either way, through its exponential and the row's sum
-        m = tl.compute(red, lambda *i: tl.nanmax(x[along(r1)(*i)], axis=r1), name="m")
+        # the row's maximum only shifts the exponents (it cancels in the quotient): what it
+        # is where the row has a NaN does not matter (`shift_max`: one vmaxps a vector, no
+        # NaN test; max's NaN and signed-zero rules cost a compare and three blends, a
+        # large share of softmax's time) — a row with a NaN is NaN throughout whatever the
+        # shift, through its own exponential and the row's sum
+        m = tl.compute(red, lambda *i: shift_max(x[along(r1)(*i)], axis=r1), name="m")
         r2 = tl.reduce_axis((0, shp[ax]), name="r2")
 
         def at(i):

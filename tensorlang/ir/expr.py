@@ -375,7 +375,7 @@ class IndexCheck(Expr):
 
 
 MATH_FUNCTIONS = ("exp", "log", "sqrt", "tanh", "erf", "pow", "floor", "ceil", "fabs", "sin",
-                  "cos", "isnan", "fmax", "fmin")
+                  "cos", "isnan", "fmax", "fmin", "fmax_any")
 
 
 # ---------------------------------------------------------------- structural comparison

@@ -55,13 +55,17 @@ class _FMin(_NanIgnoring):
     name = "fmin"
 
 
+class _FMaxAny(_NanIgnoring):
+    name = "fmax_any"        # softmax's shift: NaN unspecified, identity -inf
+
+
 def _op_of(v: Expr):
     """The reduction operation of an update's value (Add, Mul, Max, Min, _FMax, _FMin) and
     its two operands, or (None, ())."""
     if type(v) in _COMBINE:
         return type(v), (v.a, v.b)
-    if isinstance(v, Call) and v.name in ("fmax", "fmin") and len(v.args) == 2:
-        return (_FMax if v.name == "fmax" else _FMin), v.args
+    if isinstance(v, Call) and v.name in ("fmax", "fmin", "fmax_any") and len(v.args) == 2:
+        return {"fmax": _FMax, "fmin": _FMin, "fmax_any": _FMaxAny}[v.name], v.args
     return None, ()
 
 
@@ -209,6 +213,8 @@ def _and(a: Expr | None, b: Expr | None) -> Expr | None:
 
 # ----------------------------------------------------------- reductions across threads
 def _identity(op: type, dtype) -> Const:
+    if op is _FMaxAny and dtype.is_float:
+        return const(float("-inf"), dtype)
     if issubclass(op, _NanIgnoring):      # fmax(NaN, x) = x: all NaN stays NaN (nanmax)
         if dtype.is_float:
             return const(float("nan"), dtype)

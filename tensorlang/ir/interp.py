@@ -31,7 +31,8 @@ _CMP = {LT: np.less, LE: np.less_equal, GT: np.greater, GE: np.greater_equal, EQ
         NE: np.not_equal}
 _CALLS = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "sin": np.sin, "cos": np.cos,
           "tanh": np.tanh, "floor": np.floor, "ceil": np.ceil, "fabs": np.abs, "pow": np.power,
-          "isnan": np.isnan, "fmax": np.fmax, "fmin": np.fmin}
+          "isnan": np.isnan, "fmax": np.fmax, "fmin": np.fmin,
+          "fmax_any": np.fmax}
 
 
 def ieee_minmax(a, b, smaller: bool):

@@ -89,6 +89,14 @@ def fmax(a, b) -> Expr:
     return _nan_ignoring(a, b, Max, "fmax")
 
 
+def fmax_any(a, b) -> Expr:
+    """Elementwise maximum whose result is unspecified where an operand is NaN (either
+    operand, or any value): one `vmaxps` on x86 with no NaN test. For a maximum that only
+    shifts other values (softmax's row maximum: a row with a NaN is NaN throughout through
+    its own terms, whatever the shift), not for results a user sees."""
+    return _nan_ignoring(a, b, Max, "fmax_any")
+
+
 def fmin(a, b) -> Expr:
     """Elementwise minimum that ignores NaN, as numpy's `fmin` (see `fmax`)."""
     return _nan_ignoring(a, b, Min, "fmin")

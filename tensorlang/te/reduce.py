@@ -10,6 +10,7 @@ from ..ir.expr import (
     Call, Const, Expr, Max, Min, Var, binary, cast, const, select,
 )
 from .intrin import fmax as _fmax
+from .intrin import fmax_any as _fmax_any
 from .intrin import fmin as _fmin
 from .intrin import maximum as _maximum
 from .intrin import minimum as _minimum
@@ -167,9 +168,13 @@ nanmax.__doc__ = ("tl.nanmax(expr, axis, where=None): the maximum ignoring NaN, 
                   "where max's NaN and signed-zero rules cost a compare and blends")
 nanmin = _builtin("nanmin", _fmin, _nan_or("max_value"))
 nanmin.__doc__ = "tl.nanmin(expr, axis, where=None): the minimum ignoring NaN (see nanmax)."
+# the maximum as a shift (`intrin.fmax_any`: NaN unspecified), for softmax; identity -inf,
+# never NaN (a NaN identity under LLVM's no-NaN flag could make a NaN-free row's max NaN)
+shift_max = _builtin("shift_max", _fmax_any,
+                     lambda t: const(float("-inf"), t) if t.is_float else const(t.min_value(), t))
 # combiners whose reductions LLVM's loop vectoriser takes itself (lane-wise in a register),
 # where a rfactor would make one dependent chain (graph/cpu_schedules, schedule/sample)
-MINMAX_COMBINERS = ("max", "min", "nanmax", "nanmin")
+MINMAX_COMBINERS = ("max", "min", "nanmax", "nanmin", "shift_max")
 
 
 def _arg_reducer(name: str, better):

@@ -2,6 +2,8 @@
 tiles, fused elementwise groups against numpy on random chains, and how runs hand arrays
 in and out."""
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -248,9 +250,10 @@ def test_softmax_schedule_is_vectorised_and_not_refused(shape, axis, log, monkey
 @pytest.mark.parametrize("shape", [(5, 7), (33, 100), (6, 1024), (3, 17)])
 @pytest.mark.parametrize("log", [False, True])
 def test_softmax_rows_with_nan_inf_and_zeros_match_numpy(shape, log):
-    """Softmax's row maximum ignores NaN (nanmax: one vmaxps a vector; it only shifts the
-    exponents): rows with NaN, +-inf, +-0 and huge values, a row all NaN and one all -inf
-    give numpy's results, NaN exactly where numpy's are; the kernel has no llvm.maximum."""
+    """Softmax's row maximum leaves NaN unspecified (`shift_max`: one vmaxps a vector under
+    LLVM's nnan flag; it only shifts the exponents): rows with NaN, +-inf, +-0 and huge
+    values, a row all NaN and one all -inf give numpy's results, NaN exactly where numpy's
+    are; the kernel has no llvm.maximum, and its maxnum carries nnan."""
     rng = np.random.default_rng(len(shape) + shape[1])
     xv = (rng.standard_normal(shape) * 5).astype("f4")
     specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e30, -1e30], "f4")
@@ -272,6 +275,7 @@ def test_softmax_rows_with_nan_inf_and_zeros_match_numpy(shape, log):
     source = step.kernel.get_source("ll") if step.pointers is None else \
         step.kernel.kernel.llvm_ir                 # optimised: maxnum or vector.reduce.fmax
     assert ("llvm.maxnum" in source or "reduce.fmax" in source) and "maximum" not in source
+    assert re.search(r"nnan[^\n]*(maxnum|reduce\.fmax)", source)
 
 
 @pytest.mark.parametrize("shape,axis", [((1,), None), ((7,), 0), ((3, 40), 1), ((40, 3), 0),

@@ -47,7 +47,8 @@ _BIN = {Add: "+", Sub: "-", Mul: "*", Div: "/"}
 _CMP = {LT: "<", LE: "<=", GT: ">", GE: ">=", EQ: "==", NE: "!="}
 _MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "sin": "sin", "cos": "cos",
          "tanh": "tanh", "floor": "floor", "ceil": "ceil", "fabs": "fabs", "pow": "pow",
-         "erf": "erf", "fmax": "fmax", "fmin": "fmin"}
+         "erf": "erf", "fmax": "fmax", "fmin": "fmin",
+         "fmax_any": "fmax"}
 
 PRELUDE = r"""#include <cuda_fp16.h>
 

@@ -27,7 +27,7 @@ from .alias import AliasScopes, kernel_buffers
 from .arith import ArithCodegen
 from .checks import RECORD_VAR, CheckCodegen, global_record
 from .half import native_conversions
-from .loops import NAN_IGNORING, LoopCodegen
+from .loops import NAN_IGNORING, NAN_UNSPECIFIED, LoopCodegen
 from .memory import MemoryCodegen
 from .stream import fence, streamed_buffers
 from .transpose import TransposeCodegen
@@ -201,7 +201,8 @@ class FunctionCodegen(ArithCodegen, CheckCodegen, MemoryCodegen, TransposeCodege
             kw = {"scalef": self.avx512} if e.name == "exp" else {}
             out = INLINE_F32[e.name](b, args[0], self._declare, fast=self.fast, **kw)
         elif e.name in NAN_IGNORING:      # maxnum: NaN ignored, one vmaxps on x86
-            out = b.call(self._intrinsic(NAN_IGNORING[e.name], t, 2), args)
+            out = b.call(self._intrinsic(NAN_IGNORING[e.name], t, 2), args,
+                         fastmath=("nnan",) if e.name in NAN_UNSPECIFIED else ())
         elif e.name in _INTRINSICS:
             out = b.call(self._intrinsic(e.name, t, len(args)), args)
         elif e.name in _LIBM:

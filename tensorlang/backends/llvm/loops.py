@@ -21,7 +21,9 @@ from .types import I32, I64, memory_type, type_suffix
 from .vector import VectorContext
 
 # NaN-ignoring float min and max: the call's name -> LLVM's intrinsic (one vmaxps on x86)
-NAN_IGNORING = {"fmax": "maxnum", "fmin": "minnum"}
+NAN_IGNORING = {"fmax": "maxnum", "fmin": "minnum", "fmax_any": "maxnum"}
+# ... of which these leave NaN unspecified (LLVM's nnan flag: one vmaxps, no NaN test)
+NAN_UNSPECIFIED = {"fmax_any"}
 
 
 class LoopCodegen:
