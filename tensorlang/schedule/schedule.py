@@ -207,7 +207,7 @@ def create_schedule(outputs) -> Schedule:
     for t in outs:
         if not isinstance(t, Tensor):
             raise TensorlangError(f"create_schedule: expected tensors, got {t!r}")
-        if not isinstance(t.op, ComputeOp):
+        if isinstance(t.op, PlaceholderOp):
             raise TensorlangError(
                 f"create_schedule: {t.name} is a placeholder; pass the computed tensors"
             )
