@@ -1,7 +1,8 @@
 """The tensor-expression language: placeholder, compute, reduce_axis, reducers, intrinsics."""
 
 from .extern import (  # noqa: F401
-    ExternBuffer, ExternOp, PackedCall, call_packed, extern, get_global_func, register_func,
+    ExternBuffer, ExternOp, PackedCall, call_packed, contrib, extern, get_global_func,
+    register_func,
 )
 from .intrin import (  # noqa: F401
     abs, all, any, ceil, cos, erf, exp, floor, floordiv, floormod, fmax, fmin, if_then_else,

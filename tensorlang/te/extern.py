@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from types import SimpleNamespace
 
 from ..errors import TensorlangError
 from ..ir.dtype import DType, as_dtype
@@ -73,6 +74,20 @@ def _cblas_matmul(a, b, c, transa: bool = False, transb: bool = False) -> None:
 
 
 register_func("tvm.contrib.cblas.matmul", _cblas_matmul)
+
+
+def cblas_matmul(lhs: Tensor, rhs: Tensor, transa: bool = False, transb: bool = False,
+                 **kwargs) -> Tensor:
+    """TVM's `tvm.contrib.cblas.matmul(lhs, rhs, transa, transb)`: an extern stage calling
+    "tvm.contrib.cblas.matmul" (numpy's BLAS) for op(lhs) @ op(rhs)."""
+    for arg, t in (("lhs", lhs), ("rhs", rhs)):
+        if not isinstance(t, Tensor) or t.ndim != 2:
+            raise TensorlangError(f"cblas.matmul: {arg} must be a 2-d tensor, got {t!r}")
+    n = lhs.shape[1] if transa else lhs.shape[0]
+    m = rhs.shape[0] if transb else rhs.shape[1]
+    return extern((n, m), [lhs, rhs], lambda ins, outs: call_packed(
+        "tvm.contrib.cblas.matmul", ins[0], ins[1], outs[0], transa, transb),
+        name=kwargs.get("name", "C"), tag=kwargs.get("tag", ""))
 
 
 class ExternBuffer:
@@ -318,3 +333,7 @@ def extern(shape, inputs, fn, name: str = "extern", reads=None, writes=None, dty
     op.fn, op.what = _classify(fn, inputs, op.output, who)
     op.tag, op.attrs = tag, dict(attrs or {})
     return op.output
+
+
+# TVM's `tvm.contrib` wrappers that tensorlang has: `contrib.cblas.matmul`
+contrib = SimpleNamespace(cblas=SimpleNamespace(matmul=cblas_matmul))
