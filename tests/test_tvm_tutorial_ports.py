@@ -382,7 +382,7 @@ def test_extern_tutorial():
     # Hook Python Function as Extern
     @tvm.register_func("tvm.contrib.my_tvm_addone", override=True)
     def my_tvm_addone(x, y):
-        print("my_tvm_addone signatures: %s, %s" % (type(x), type(y)))
+        print("my_tvm_addone signatures: %s, %s" % (type(x), type(y)))  # noqa: UP031
         y[:] = x + 1
 
     A = te.placeholder((n,), name="A")
