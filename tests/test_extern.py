@@ -395,3 +395,11 @@ def test_several_outputs_not_yet():
     A = tl.placeholder((3,), name="A")
     with pytest.raises(NotImplementedError, match="several outputs"):
         tl.extern([(3,), (3,)], [A], lambda a, o1, o2: None, name="E")
+
+
+def test_auto_schedule_refuses_extern_stages_clearly():
+    X = tl.placeholder((16,), name="X")
+    Y = tl.extern((16,), [X], lambda x, out: np.add(x, 1, out=out), name="Y")
+    Z = tl.compute((16,), lambda i: Y[i] * 2.0, name="Z")
+    with pytest.raises(NotImplementedError, match=r"extern stage\(s\) \['Y'\]"):
+        tl.auto_schedule(Z, target="llvm", budget_s=1)
