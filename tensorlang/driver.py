@@ -12,7 +12,7 @@ from .errors import BoundsError, IndexBoundsError, TensorlangError
 from .schedule.lower import LoweredFunc, lower
 from .schedule.schedule import Schedule
 from .target import Target, backend_kind
-from .te.tensor import ComputeOp, Tensor
+from .te.tensor import PlaceholderOp, Tensor
 
 
 class Module:
@@ -44,7 +44,7 @@ class Module:
         self._buffers = buffers
         self._scalars = scalars
         self._written = {i for i, a in enumerate(lowered.args)
-                         if isinstance(a, Tensor) and isinstance(a.op, ComputeOp)}
+                         if isinstance(a, Tensor) and not isinstance(a.op, PlaceholderOp)}
         self._seen_sizes: set[tuple] = set()
         self._last = None
 
@@ -100,7 +100,29 @@ class Module:
             return IndexBoundsError(site.message(value, extent, point),
                                     dict(zip(site.axes, point)), site.tensor, value, site.dim,
                                     extent)
+        if status == Status.EXTERN:
+            return self._extern_error()
         return TensorlangError(f"{self.name}: the kernel stopped with status {status}")
+
+    def _extern_error(self) -> Exception:
+        """A failed extern stage: the exception of its Python function (chained), or the
+        C functions that may have returned nonzero."""
+        from .backends.extern import take_error
+        from .ir.stmt import ExternCall
+        from .ir.visit import walk_stmt
+
+        err = take_error()
+        if err is not None:
+            stages = [s.stage for s in walk_stmt(self.lowered.body)
+                      if isinstance(s, ExternCall) and not isinstance(s.fn, str)]
+            out = TensorlangError(f"{self.name}: the Python function of extern stage "
+                                  f"{' or '.join(stages)} raised {type(err).__name__}: {err}")
+            out.__cause__ = err
+            return out
+        calls = [f"{s.stage} ({s.fn})" for s in walk_stmt(self.lowered.body)
+                 if isinstance(s, ExternCall) and isinstance(s.fn, str)]
+        return TensorlangError(f"{self.name}: an extern stage's C function returned a nonzero "
+                               f"status; the C extern stages are {', '.join(calls)}")
 
     def _check_preconditions(self, values: tuple) -> None:
         if values in self._seen_sizes:
@@ -312,10 +334,30 @@ def _build_nvptx(s: Schedule, args, target: str, name: str, checks: bool) -> Mod
                                   f"{opt!r}")
         arch = opt.split("=", 1)[1]
     _check_name(name)
+    _refuse_extern_on_gpu(s, "nvptx")
     with timed("build"):
         lowered = lower(s, args, name, checks=checks)
         kernel = NvptxKernel(name, lowered.buffers, lowered.params, lowered.body, arch)
     return CudaModule(lowered, kernel)
+
+
+def _refuse_extern_on_gpu(s: Schedule, target: str) -> None:
+    """Extern stages run on the host: a Python function cannot run on a GPU, and calling a
+    C function from device code (a __device__ function linked in) is not built yet."""
+    from .te.extern import ExternOp
+
+    for st in s.stages:
+        if not isinstance(st.op, ExternOp):
+            continue
+        if not isinstance(st.op.fn, str):
+            raise TensorlangError(
+                f"build: extern stage {st.op.name} runs the Python function {st.op.what}, "
+                f"which cannot run on the GPU (target={target!r}); build for target='llvm', "
+                "or write the stage with tl.compute")
+        raise NotImplementedError(
+            f"build: extern stage {st.op.name} calls the C function {st.op.fn!r}; extern "
+            f"stages on GPU targets ({target!r}) are not supported yet; build for "
+            "target='llvm'")
 
 
 def _check_name(name) -> None:
@@ -380,6 +422,7 @@ def build(s: Schedule, args, target="llvm", name: str = "main", checks: bool = T
     if kind == "cuda":
         from .backends.cuda.module import CudaKernel
 
+        _refuse_extern_on_gpu(s, "cuda")
         with timed("build"):
             lowered = lower(s, args, name, checks=checks)
             kernel = CudaKernel(name, lowered.buffers, lowered.params, lowered.body)

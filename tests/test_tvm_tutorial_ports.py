@@ -492,3 +492,69 @@ def test_opt_gemm_tutorial_at_67_packs_b_only_where_bn_divides_n():
         s, args = stages[name]
         with pytest.raises(te.TensorlangError, match="packedB"):
             tvm.build(s, args)(a, b, np.zeros((M, N), np.float32))
+
+
+# ------------------------------------------- "External Tensor Functions" (extern tutorial)
+def test_extern_tutorial():
+    """TVM's extern tutorial line by line. Where it differs: `bias`, a float32 `te.var` in
+    TVM, is a 0-d placeholder (tensorlang's scalar parameters are integer sizes), passed as
+    a 0-d array; `tvm.nd.array(...)`/`.numpy()` are numpy arrays; the packed function's
+    arguments are numpy arrays, so `my_tvm_addone` writes `y[:] = x + 1` where TVM's copies
+    an NDArray (`tvm.nd.array(x.numpy() + 1).copyto(y)`)."""
+    tvm = types.SimpleNamespace(build=te.build, tir=te, register_func=te.register_func,
+                                contrib=te.contrib, testing=np.testing)
+
+    n = 1024
+    l = 128  # noqa: E741 (the tutorial's name)
+    m = 235
+    bias = te.placeholder((), dtype="float32", name="bias")
+    A = te.placeholder((n, l), name="A")
+    B = te.placeholder((l, m), name="B")
+    C = te.extern(
+        (n, m),
+        [A, B],
+        lambda ins, outs: tvm.tir.call_packed(
+            "tvm.contrib.cblas.matmul", ins[0], ins[1], outs[0], False, False
+        ),
+        name="C",
+    )
+    D = te.compute(C.shape, lambda i, j: C[i, j] + bias, name="D")
+    s = te.create_schedule(D.op)
+
+    f = tvm.build(s, [A, B, D, bias], "llvm")
+    a = np.random.uniform(size=(n, l)).astype(A.dtype)
+    b = np.random.uniform(size=(l, m)).astype(B.dtype)
+    d = np.zeros((n, m), dtype=D.dtype)
+    bb = np.array(10.0, dtype="float32")
+    f(a, b, d, bb)
+    tvm.testing.assert_allclose(d, np.dot(a, b) + 10, rtol=1e-5)
+
+    # Extern Contrib Wrappers
+    cblas = tvm.contrib.cblas
+    C = cblas.matmul(A, B)
+    D = te.compute(C.shape, lambda i, j: C[i, j] + bias, name="D")
+    s = te.create_schedule(D.op)
+    f = tvm.build(s, [A, B, D, bias], "llvm")
+    d = np.zeros((n, m), dtype=D.dtype)
+    f(a, b, d, bb)
+    tvm.testing.assert_allclose(d, np.dot(a, b) + 10, rtol=1e-5)
+
+    # Hook Python Function as Extern
+    @tvm.register_func("tvm.contrib.my_tvm_addone", override=True)
+    def my_tvm_addone(x, y):
+        print("my_tvm_addone signatures: %s, %s" % (type(x), type(y)))  # noqa: UP031
+        y[:] = x + 1
+
+    A = te.placeholder((n,), name="A")
+    B = te.extern(
+        A.shape,
+        [A],
+        lambda ins, outs: tvm.tir.call_packed("tvm.contrib.my_tvm_addone", ins[0], outs[0]),
+        name="C",
+    )
+    s = te.create_schedule(B.op)
+    f = tvm.build(s, [A, B], "llvm")
+    a = np.random.uniform(size=(n,)).astype(A.dtype)
+    b = np.random.uniform(size=(n,)).astype(B.dtype)
+    f(a, b)
+    tvm.testing.assert_allclose(b, a + 1, rtol=1e-5)

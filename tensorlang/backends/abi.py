@@ -14,6 +14,7 @@ class Status(enum.IntEnum):
     NO_MEMORY = 1       # a temporary buffer could not be allocated
     BAD_SIZES = 2       # sizes whose reads would leave their tensors (the header lists them)
     INDEX = 3           # a run-time index check failed; the error record says which
+    EXTERN = 4          # an extern stage's function failed (returned nonzero)
 
 
 # the error record: [check site + 1, the index, the extent, the iteration's first values...]

@@ -25,7 +25,7 @@ from .expr import (
     EQ, GE, GT, LE, LT, NE, Add, And, Call, Cast, Const, Div, Expr, FloorDiv, FloorMod, Load,
     IndexCheck, Max, Min, Mul, Not, Or, Select, Sub, Var,
 )
-from .stmt import Allocate, Barrier, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store
+from .stmt import Allocate, Barrier, Buffer, ExternCall, For, If, Let, LoopKind, Seq, Stmt, Store
 
 _CMP = {LT: np.less, LE: np.less_equal, GT: np.greater, GE: np.greater_equal, EQ: np.equal,
         NE: np.not_equal}
@@ -171,10 +171,29 @@ class Interpreter:
                 del self.mem[id(s.buffer)]
             else:
                 self.mem[id(s.buffer)] = outer
+        elif isinstance(s, ExternCall):
+            self.extern(s)
         elif isinstance(s, Barrier):
             raise TensorlangError("interp: a GPU barrier outside the thread loops of a block")
         else:
             raise TensorlangError(f"interp: unsupported statement {type(s).__name__}")
+
+    def extern(self, s: ExternCall) -> None:
+        """An extern stage: its Python function on the buffers' arrays (inputs read-only)."""
+        if isinstance(s.fn, str):
+            raise NotImplementedError(
+                f"interp: extern stage {s.stage} calls the C symbol {s.fn!r}; the interpreter "
+                "runs Python extern functions only (tl.build runs C symbols)")
+        arrays = []
+        for k, buf in enumerate(s.buffers):
+            arr = self.mem.get(id(buf))
+            if arr is None:
+                raise TensorlangError(f"interp: buffer {buf.name} is not bound")
+            if k < len(s.inputs):
+                arr = arr.view()
+                arr.flags.writeable = False
+            arrays.append(arr)
+        s.fn(*arrays)
 
     # ------------------------------------------------------------------ GPU blocks
     def allocate_shared(self, buf: Buffer) -> None:

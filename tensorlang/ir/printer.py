@@ -8,7 +8,7 @@ from .expr import (
     PRINTERS, Max, Min, Mul, Not, Or, Select, Sub, Var,
 )
 from .simplify import simplify
-from .stmt import Allocate, Barrier, For, If, Let, LoopKind, Seq, Stmt, Store
+from .stmt import Allocate, Barrier, ExternCall, For, If, Let, LoopKind, Seq, Stmt, Store
 
 _BINARY = {Add: ("+", 5), Sub: ("-", 5), Mul: ("*", 6), Div: ("/", 6), FloorDiv: ("//", 6),
            FloorMod: ("%", 6), LT: ("<", 4), LE: ("<=", 4), GT: (">", 4), GE: (">=", 4),
@@ -98,6 +98,10 @@ def _stmt(s: Stmt, indent: int, out: list[str]) -> None:
         shape = ", ".join(_expr(x) for x in b.shape)
         out.append(f"{pad}{b.name} = allocate({b.dtype}, [{shape}], {b.scope!r})")
         _stmt(s.body, indent, out)
+    elif isinstance(s, ExternCall):
+        outs = ", ".join(b.name for b in s.outputs)
+        ins = ", ".join(b.name for b in s.inputs)
+        out.append(f"{pad}{outs} = extern {s.what}({ins})")
     elif isinstance(s, Barrier):
         out.append(f"{pad}sync_warp()" if s.scope == "warp" else f"{pad}sync_threads()")
     else:

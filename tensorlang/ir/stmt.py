@@ -110,6 +110,37 @@ def joined_barriers(stmts):
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
+class ExternCall(Stmt):
+    """An extern stage's body: a function the user provides reads the whole of each of
+    `inputs` and writes `outputs` (buffers or tensors, as Store's `buffer`).
+
+    `fn` is a C symbol name (str), called through the extern C ABI
+
+        int32_t fn(const T0 *in0, const int64_t *in0_shape, ..., T *out0,
+                   const int64_t *out0_shape, ...)
+
+    (inputs then outputs, each a row-major contiguous array and its extents; 0 = done, any
+    other value stops the kernel), or a Python callable `fn(*arrays)` on numpy views of the
+    inputs then the outputs, which the backend calls through that same ABI. `library` is a
+    shared library to load for the symbol; `what` names the function in messages.
+    `reads[k]` is the region of `inputs[k]` read, `writes` that of the output written, as
+    ((begin, end), ...) per dimension (None: all of it): what the isl model sees."""
+
+    stage: str
+    fn: object
+    inputs: tuple
+    outputs: tuple
+    library: str | None = None
+    what: str = ""
+    reads: tuple = ()
+    writes: tuple | None = None
+
+    @property
+    def buffers(self) -> tuple:
+        return self.inputs + self.outputs
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Seq(Stmt):
     stmts: tuple[Stmt, ...]
 

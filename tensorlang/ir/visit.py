@@ -8,7 +8,7 @@ from .expr import (
     And, BinaryOp, Call, Cast, CmpOp, Const, Expr, Load, Not, Or, Select, Var, binary, cast,
     compare, select,
 )
-from .stmt import Allocate, Barrier, Buffer, For, If, Let, Seq, Stmt, Store, seq
+from .stmt import Allocate, Barrier, Buffer, ExternCall, For, If, Let, Seq, Stmt, Store, seq
 
 
 def rebuild(e: Expr, kids: tuple[Expr, ...]) -> Expr:
@@ -96,6 +96,12 @@ def map_stmt(s: Stmt, fexpr: Callable[[Expr], Expr],
             return Let(x.var, fexpr(x.value), go(x.body))
         if isinstance(x, Barrier):
             return x
+        if isinstance(x, ExternCall):
+            if fbuf is None:
+                return x
+            return ExternCall(x.stage, x.fn, tuple(fbuf(b) for b in x.inputs),
+                              tuple(fbuf(b) for b in x.outputs), x.library, x.what, x.reads,
+                              x.writes)
         raise TypeError(f"unknown statement {type(x).__name__}")
 
     return go(s)
@@ -148,6 +154,10 @@ def walk_stmt(s: Stmt) -> Iterator[Stmt]:
 def uses_buffer(s: Stmt, buf: Buffer) -> bool:
     """Whether a statement tree loads or stores `buf`."""
     for x in walk_stmt(s):
+        if isinstance(x, ExternCall):
+            if any(b is buf for b in x.buffers):
+                return True
+            continue
         if isinstance(x, Store):
             if x.buffer is buf:
                 return True

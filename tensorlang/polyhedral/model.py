@@ -13,7 +13,8 @@ from dataclasses import dataclass, field, replace
 import islpy as isl
 
 from ..ir.expr import And, Const, Expr, Load, Select, Var
-from ..ir.stmt import Buffer, If, Let, LoopKind, Stmt, Store, seq
+from ..ir.stmt import Buffer, ExternCall, If, Let, LoopKind, Stmt, Store, seq
+from ..te.extern import ExternOp
 from ..te.reduce import Reduce
 from ..te.tensor import ComputeOp, IterVar, TupleBody
 from .affine import affine_part, affine_str, condition_set, conjuncts
@@ -126,6 +127,10 @@ def stage_statements(stage: str, op: ComputeOp, state: StageState,
     `accumulators` are the buffers a reduction keeps its running values in; the one at
     `value_index` is the stage's output tensor.
     """
+    if isinstance(op, ExternOp):      # one instance, at root: the call on whole buffers
+        call = ExternCall(op.name, op.fn, op.inputs, (op.output,), op.library, op.what,
+                          op.reads, op.writes)
+        return [Statement(stage, stage, (), state.domain, call)]
     spatial = tuple(a.name for a in op.axis)
     idx = tuple(a.var for a in op.axis)
     body = op.body
@@ -311,6 +316,8 @@ def statement_accesses(st: Statement, names: dict[int, str], box, params: str
                                   list[tuple[object, isl.Map]]]:
     """One statement's reads (with their accesses) and writes (with their buffers) as isl
     maps, for the buffers in `names`; `box(buf)` is a buffer's index box."""
+    if isinstance(st.body, ExternCall):
+        return _extern_accesses(st, st.body, names, box, params)
     reads = []
     for acc in statement_reads(st):
         if id(acc.buffer) in names:
@@ -319,6 +326,44 @@ def statement_accesses(st: Statement, names: dict[int, str], box, params: str
             reads.append((st, acc, m))
     writes = [(buf, access_map(st, buf, idx, (), params, names[id(buf)], box(buf)))
               for buf, idx in statement_writes(st) if id(buf) in names]
+    return reads, writes
+
+
+def _region_map(st: Statement, buf, region, bufname: str, box: isl.Set,
+                params: str) -> isl.Map:
+    """{ st[] -> buf[a...] } over `region` ((begin, end) per dimension), or the whole box."""
+    names = [f"a{d}" for d in range(len(buf.shape))]
+    m = isl.Map(f"[{params}] -> {{ {st.name}[] -> {bufname}[{', '.join(names)}] }}")
+    if region is None:
+        return m.intersect_range(box)
+    conds = [f"{_bound(lo, f'{st.stage} region of {bufname}')} <= {n} < "
+             f"{_bound(hi, f'{st.stage} region of {bufname}')}"
+             for n, (lo, hi) in zip(names, region)]
+    body = " and ".join(conds) or "1 = 1"
+    return m.intersect_range(isl.Set(f"[{params}] -> {{ {bufname}[{', '.join(names)}] : "
+                                      f"{body} }}"))
+
+
+def _extern_accesses(st: Statement, call: ExternCall, names: dict[int, str], box,
+                     params: str):
+    """An extern call's declared accesses: each input's region (may-reads, left unclipped
+    so that the bounds check sees a region outside its tensor) and the output's region
+    (must-writes)."""
+    from ..ir.dtype import int32
+    from ..ir.printer import expr_str
+
+    reads = []
+    for k, buf in enumerate(call.inputs):
+        if id(buf) not in names:
+            continue
+        region = call.reads[k] if k < len(call.reads) else None
+        m = _region_map(st, buf, region, names[id(buf)], box(buf), params)
+        # the region as the read's "indices", for the bounds check's message
+        shown = tuple(Var(f"{expr_str(lo)}:{expr_str(hi)}", int32) for lo, hi in region) \
+            if region is not None else tuple(Var(":", int32) for _ in buf.shape)
+        reads.append((st, Access(buf, shown, (), True), m))
+    writes = [(buf, _region_map(st, buf, call.writes, names[id(buf)], box(buf), params))
+              for buf in call.outputs if id(buf) in names]
     return reads, writes
 
 

@@ -11,7 +11,7 @@ from ..config import debug_print, timed
 from ..errors import TensorlangError
 from ..ir.expr import Const, Expr, Load, Var
 from ..ir.printer import expr_str, stmt_str
-from ..ir.stmt import Allocate, Buffer, Stmt, Store
+from ..ir.stmt import Allocate, Buffer, ExternCall, Stmt, Store
 from ..ir.visit import map_expr, map_stmt, walk_stmt
 from ..ir.gpu_block import has_gpu_loops
 from ..ir.gpu_block import prepare as prepare_blocks
@@ -90,8 +90,15 @@ def _replace_buffers(s: Stmt, bufs: dict[int, Buffer]) -> Stmt:
 
 
 def _stored_buffers(body: Stmt) -> set[int]:
-    """ids of the tensors (and buffers) that the loop nest stores to."""
-    return {id(x.buffer) for x in walk_stmt(body) if isinstance(x, Store)}
+    """ids of the tensors (and buffers) that the loop nest stores to (or an extern call
+    writes)."""
+    out: set[int] = set()
+    for x in walk_stmt(body):
+        if isinstance(x, Store):
+            out.add(id(x.buffer))
+        elif isinstance(x, ExternCall):
+            out.update(id(b) for b in x.outputs)
+    return out
 
 
 def refusal(violations, params: list[Var]) -> Expr | None:

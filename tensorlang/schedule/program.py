@@ -22,6 +22,7 @@ from ..ir.expr import Load, Var, same
 from ..ir.simplify import simplify
 from ..ir.stmt import Buffer
 from ..ir.visit import free_vars, substitute, walk
+from ..te.extern import ExternOp
 from ..polyhedral import accumulator_buffers, check_bounds, stage_statements
 from ..polyhedral.astgen import TimedStatement, base_entries, timed_statements
 from ..polyhedral.checks import CheckSite, insert_index_checks
@@ -59,6 +60,10 @@ def _op_uses(op) -> _OpUses:
     u = _USES.get(op)
     if u is not None and u.body is op.body:
         return u
+    if isinstance(op, ExternOp):
+        u = _extern_uses(op)
+        _USES[op] = u
+        return u
     sizes: dict[str, None] = {}
     for a in op.reduce_axis:
         for n in free_vars(a.min) | free_vars(a.extent):
@@ -74,6 +79,16 @@ def _op_uses(op) -> _OpUses:
     u = _OpUses(op.body, tuple(sizes), tuple(scalars), frozenset(reads))
     _USES[op] = u
     return u
+
+
+def _extern_uses(op) -> _OpUses:
+    """An extern stage reads its inputs; the bounds of its declared regions are sizes."""
+    sizes: dict[str, None] = {}
+    for region in (*op.reads, op.writes):
+        for lo, hi in region or ():
+            for n in free_vars(lo) | free_vars(hi):
+                sizes.setdefault(n, None)
+    return _OpUses(op.body, tuple(sizes), (), frozenset(id(t) for t in op.inputs))
 
 
 def reads_tensor(op, tensor) -> bool:

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from ..deep import deep
 from ..errors import ScheduleError, TensorlangError
+from ..te.extern import ExternOp
 from ..te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
 from . import dataflow
 from .program import build_program
@@ -158,24 +159,62 @@ class Schedule:
         self._by_op[id(op)] = st
         return st
 
+    def _refuse_extern(self, prim: str, tensor=None, readers=None,
+                       produced: bool = False) -> None:
+        """Refuse `prim` where it would rewrite an extern stage: the stage that computes
+        `tensor` (when `produced`), or a stage among `readers` (stages, tensors or ids;
+        "all": every stage reading `tensor`). An extern stage's function reads and writes
+        whole row-major buffers that no primitive can change."""
+        def extern(st: Stage) -> bool:
+            return isinstance(st.op, ExternOp)
+
+        if produced and isinstance(tensor, Tensor):
+            st = self._by_op.get(id(tensor.op))
+            if st is not None and extern(st):
+                raise ScheduleError(f"{prim}: {tensor.name} is computed by the extern stage "
+                                    f"{st.id} (fn {st.op.what}), whose function writes it "
+                                    "whole; schedule the stages that read it instead")
+        if readers == "all":
+            readers = [st for st in self.stages
+                       if isinstance(tensor, Tensor) and extern(st) and
+                       any(t is tensor for t in st.op.inputs)]
+        elif isinstance(readers, (Tensor, Stage, str)):
+            readers = [readers]
+        for r in readers or ():
+            if isinstance(r, Stage):
+                st = r
+            elif isinstance(r, Tensor):
+                st = self._by_op.get(id(r.op))
+            else:
+                st = next((x for x in self.stages if x.id == r), None)
+            if st is not None and extern(st):
+                raise ScheduleError(f"{prim}: stage {st.id} is an extern stage (fn "
+                                    f"{st.op.what}); its function reads its inputs' own "
+                                    "buffers, which a primitive cannot replace")
+
     def cache_read(self, tensor, scope: str, readers) -> Tensor:
         """A copy of `tensor` in `scope` read by `readers` instead (see dataflow.cache_read)."""
+        self._refuse_extern("cache_read", tensor, readers)
         return dataflow.cache_read(self, tensor, scope, readers)
 
     def cache_write(self, tensor, scope: str) -> Tensor:
         """Compute `tensor` into a cache stage, copied out by its stage (dataflow.cache_write)."""
+        self._refuse_extern("cache_write", tensor, produced=True)
         return dataflow.cache_write(self, tensor, scope)
 
     def pack(self, tensor, axis: int, factor: int, readers=None) -> Tensor:
         """Store `tensor` blocked along `axis` for its readers (see dataflow.pack)."""
+        self._refuse_extern("pack", tensor, "all" if readers is None else readers)
         return dataflow.pack(self, tensor, axis, factor, readers)
 
     def rfactor(self, tensor, axis) -> Tensor:
         """Make a reduce loop a data-parallel axis of a new stage (see dataflow.rfactor)."""
+        self._refuse_extern("rfactor", tensor, produced=True)
         return dataflow.rfactor(self, tensor, axis)
 
     def _reorder_storage(self, st: Stage, axes) -> Tensor:
         """`Stage.reorder_storage`'s work (see dataflow.reorder_storage)."""
+        self._refuse_extern("reorder_storage", st.op.output, "all", produced=True)
         return dataflow.reorder_storage(self, st, axes)
 
     def trace_text(self) -> str:
@@ -225,7 +264,7 @@ def create_schedule(outputs) -> Schedule:
     for t in outs:
         if not isinstance(t, Tensor):
             raise TensorlangError(f"create_schedule: expected tensors, got {t!r}")
-        if not isinstance(t.op, ComputeOp):
+        if isinstance(t.op, PlaceholderOp):
             raise TensorlangError(
                 f"create_schedule: {t.name} is a placeholder; pass the computed tensors"
             )

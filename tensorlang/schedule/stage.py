@@ -17,6 +17,7 @@ from ..polyhedral.astgen import placed_loop_bound
 from ..polyhedral.transform import (
     fuse_dims, loop_const_range, loop_extent_bound, reorder_dims, skew_dims, split_dim, tag_dim,
 )
+from ..te.extern import ExternOp
 from ..te.tensor import ComputeOp, IterVar, Tensor
 from .program import reads_tensor
 from .trace import Call, TraceEntry
@@ -94,6 +95,7 @@ class Stage:
 
     def _loop(self, x, prim: str, argname: str) -> str:
         """The loop name of a primitive's argument, checked against this stage."""
+        self._refuse_extern(prim)
         if isinstance(x, LoopAxis):
             if x.stage is not self:
                 raise ScheduleError(f"{prim}: {argname} is loop {x.name} of stage {x.stage.id}, "
@@ -126,6 +128,13 @@ class Stage:
             raise ScheduleError(f"{prim}: {argname} {name!r} is not a loop of stage {self.id}; "
                                 f"the loops are {self.loops}")
         return name
+
+    def _refuse_extern(self, prim: str) -> None:
+        if isinstance(self.op, ExternOp):
+            raise ScheduleError(
+                f"{prim}: stage {self.id} is an extern stage (fn {self.op.what}): it has no "
+                "loops to split, reorder, vectorize, parallelize or attach; it runs once, at "
+                "root. Schedule the stages before and after it")
 
     def _apply(self, new, data: Call, removed: tuple[str, ...] = (), check_all: bool = False,
                renamed: dict[str, str] | None = None, moves: bool = False) -> None:
@@ -441,6 +450,13 @@ class Stage:
         if parent is self:
             raise ScheduleError(f"compute_at: stage {self.id} cannot be computed inside "
                                 "its own loop")
+        self._refuse_extern("compute_at")
+        ext = [st.id for st in sch.stages if isinstance(st.op, ExternOp) and
+               any(t is self.op.output for t in st.op.inputs)]
+        if ext:
+            raise ScheduleError(f"compute_at: {self.id} is read by the extern stage(s) {ext}, "
+                                "which run once at root and read its whole buffer; leave "
+                                f"{self.id} at root")
         loop = parent._loop(axis, "compute_at", "axis")
         if any(t is o for t in self.op.outputs for o in sch.outputs):
             raise ScheduleError(f"compute_at: {self.id} is an output of the schedule; outputs "
@@ -482,6 +498,12 @@ class Stage:
         sch = self.schedule
         if self.inlined:
             raise ScheduleError(f"compute_inline: {self.id} is inlined already")
+        self._refuse_extern("compute_inline")
+        ext = [st.id for st in sch.stages if isinstance(st.op, ExternOp) and
+               any(t is self.op.output for t in st.op.inputs)]
+        if ext:
+            raise ScheduleError(f"compute_inline: {self.id} is read by the extern stage(s) "
+                                f"{ext}, whose function reads its buffer; leave it at root")
         if self.op.reduce_axis or self.op.is_recurrence:
             kind = "a reduction" if self.op.reduce_axis else "a recurrence"
             raise ScheduleError(f"compute_inline: {self.id} is {kind}; only a pure "

@@ -1,6 +1,10 @@
 """The tensor-expression language: placeholder, compute, reduce_axis, reducers, intrinsics,
 recurrences and scans."""
 
+from .extern import (  # noqa: F401
+    ExternBuffer, ExternOp, PackedCall, call_packed, contrib, extern, get_global_func,
+    register_func,
+)
 from .intrin import (  # noqa: F401
     abs, all, any, ceil, cos, erf, exp, floor, floordiv, floormod, fmax, fmin, if_then_else,
     indexdiv, indexmod, log, max_value, maximum, min_value, minimum, pow, rsqrt, sigmoid, sin,

@@ -239,6 +239,11 @@ class Tensor:
     def __iter__(self):
         raise TensorlangError(f"tensor {self.name} is not iterable; index it with [...]")
 
+    def __tl_expr__(self) -> Expr:
+        """A 0-d tensor in an expression stands for its value (`C[i, j] + bias`, as TVM
+        writes a scalar); others must be indexed."""
+        return to_expr(self, f"tensor {self.name}")
+
 
 class Operation:
     name: str

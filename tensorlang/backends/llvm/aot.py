@@ -25,7 +25,7 @@ from ...ir.printer import expr_str
 from ...ir.stmt import Buffer, Stmt
 from ...target import Target
 from ..abi import AOT_LAUNCH, AOT_THREAD_COUNT, AOT_THREADS, ERROR_RECORD_LEN, error_record_name
-from .jit import has_parallel_loop, make_module, parse_and_optimise
+from .jit import extern_symbols, has_parallel_loop, make_module, parse_and_optimise
 from .symbols import check_symbols
 from .target import target_machine
 
@@ -214,6 +214,7 @@ def compile_object(name: str, buffers: list[Buffer], params: list[Var], body: St
                    target: Target, refuse: Expr | None = None) -> ObjectCode:
     """LLVM IR for the loop nest with the AOT runtime, optimised at O3 for `target`. The
     kernel returns 2 where `refuse` holds (sizes that read out of bounds) before any loop."""
+    symbols = extern_symbols(body, name, aot=True)
     threaded = has_parallel_loop(body)
     if threaded and not has_threads(target):
         raise TensorlangError(
@@ -239,7 +240,7 @@ def compile_object(name: str, buffers: list[Buffer], params: list[Var], body: St
     if not target.assembly_only:
         with timed("llvm object"):
             obj = tm.emit_object(mod)
-        check_symbols(obj, target, name)
+        check_symbols(obj, target, name, provided=symbols)
     return ObjectCode(name, target, mod, str(mod), threaded, obj)
 
 

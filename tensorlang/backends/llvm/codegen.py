@@ -17,7 +17,7 @@ from ...ir.expr import (
     EQ, GE, GT, LE, LT, NE, Add, And, Call, Cast, CmpOp, Const, Div, Expr, FloorDiv, FloorMod,
     IndexCheck, Load, Max, Min, Mul, Not, Or, Select, Sub, Var,
 )
-from ...ir.stmt import Allocate, Buffer, For, If, Let, Seq, Stmt, Store
+from ...ir.stmt import Allocate, Buffer, ExternCall, For, If, Let, Seq, Stmt, Store
 from ...ir.unswitch import hoist_tile_guards
 from ...ir.visit import stmt_exprs, walk, walk_stmt
 from ..abi import (  # noqa: F401 (AOT_THREADS ... record_entry_name: codegen's API)
@@ -34,6 +34,16 @@ from .transpose import TransposeCodegen
 from .types import I1, I8, I32, I64, llvm_type, memory_type, type_suffix  # noqa: F401 (I1: codegen's API)
 from .vector import VectorContext
 from .vmath import erf_f32, exp_f32, log_f32, tanh_f32
+
+def extern_symbol(s: ExternCall) -> str:
+    """The symbol an extern call calls: its C symbol, or the callback of its Python
+    function (made for this process's JIT)."""
+    if isinstance(s.fn, str):
+        return s.fn
+    from ..extern import python_symbol
+
+    return python_symbol(s)
+
 
 _ICMP = {LT: "<", LE: "<=", GT: ">", GE: ">=", EQ: "==", NE: "!="}
 _FCMP = {LT: "olt", LE: "ole", GT: "ogt", GE: "oge", EQ: "oeq", NE: "une"}
@@ -289,8 +299,42 @@ class FunctionCodegen(ArithCodegen, CheckCodegen, MemoryCodegen, TransposeCodege
                 self.stmt(s.body)
         elif isinstance(s, Allocate):
             self.allocate(s)
+        elif isinstance(s, ExternCall):
+            self.extern_call(s)
         else:
             raise TensorlangError(f"llvm backend: unsupported statement {type(s).__name__}")
+
+    def extern_call(self, s: ExternCall) -> None:
+        """Call an extern stage's function with the extern C ABI (`ExternCall`): a pointer
+        and a pointer to the extents of each buffer, inputs then outputs; a nonzero result
+        stops the kernel with Status.EXTERN."""
+        b = self.builder
+        sym = extern_symbol(s)
+        i8p = ir.IntType(8).as_pointer()
+        fty = ir.FunctionType(I32, [i8p, I64.as_pointer()] * len(s.buffers))
+        fn = self.module.globals.get(sym)
+        if fn is None:
+            fn = ir.Function(self.module, fty, sym)
+        elif fn.function_type != fty:
+            raise TensorlangError(
+                f"extern stage {s.stage}: the C function {sym!r} is called with "
+                f"{len(s.buffers)} buffers here and with another number elsewhere in this "
+                "kernel; a C function has one signature")
+        args = []
+        for buf in s.buffers:
+            ptr = self.ptrs.get(id(buf))
+            if ptr is None:
+                raise TensorlangError(f"internal: buffer {buf.name} is not allocated")
+            n = max(len(buf.shape), 1)
+            with b.goto_block(self.entry):
+                shape = b.alloca(I64, n, name=f"{buf.name}.shape")
+            for d, x in enumerate(buf.shape):
+                b.store(self.to_i64(self.expr(x), x.dtype),
+                        b.gep(shape, [ir.Constant(I32, d)], inbounds=True))
+            args += [b.bitcast(ptr, i8p), shape]
+        status = b.call(fn, args, name=f"{s.stage}.status")
+        with b.if_then(b.icmp_signed("!=", status, ir.Constant(I32, 0)), likely=False):
+            self.return_status(Status.EXTERN)
 
     def finish(self) -> None:
         if self.streams:

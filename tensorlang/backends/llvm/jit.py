@@ -15,9 +15,10 @@ from ...config import debug_print, timed
 from ...errors import TensorlangError
 from ...target import Target
 from ...ir.expr import Var
-from ...ir.stmt import Buffer, For, LoopKind, Stmt
+from ...ir.stmt import Buffer, ExternCall, For, LoopKind, Stmt
 from ...ir.visit import walk_stmt
 from ..abi import ERROR_RECORD_LEN, record_entry_name
+from ..extern import python_symbol
 from .codegen import emit_function
 from .pool import RUNTIME_SYMBOLS, ensure_pool
 from .symbols import check_symbols
@@ -105,6 +106,39 @@ def _resolvable(sym: str) -> bool:
     return bool(llvm.address_of_symbol(sym))
 
 
+def extern_symbols(body: Stmt, kernel: str, aot: bool = False) -> frozenset[str]:
+    """The C symbols the kernel's extern stages call. For the JIT (`aot` False), their
+    libraries are loaded and every symbol must be found: an unresolved one would stop the
+    process in LLVM's loader. An object file (`aot`) refers to them by name, for the
+    linker; a Python function cannot go into one."""
+    out = set()
+    for s in walk_stmt(body):
+        if not isinstance(s, ExternCall):
+            continue
+        if not isinstance(s.fn, str):
+            if aot:
+                raise TensorlangError(
+                    f"build: kernel {kernel}'s extern stage {s.stage} runs the Python "
+                    f"function {s.what}, which cannot go into an object file or shared "
+                    "library; give the extern a C symbol to save or cross-compile it")
+            out.add(python_symbol(s))
+            continue
+        if s.library is not None and not aot:
+            try:
+                llvm.load_library_permanently(s.library)
+            except RuntimeError as e:
+                raise TensorlangError(f"extern stage {s.stage}: cannot load library= "
+                                      f"{s.library!r}: {e}") from None
+        if not aot and not _resolvable(s.fn):
+            where = f"the library {s.library!r}" if s.library else "this process"
+            raise TensorlangError(
+                f"extern stage {s.stage}: the C symbol {s.fn!r} is not defined in {where}; "
+                "pass library='path/to/lib.so' to tl.extern, or load the library first "
+                "(ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL))")
+        out.add(s.fn)
+    return frozenset(out)
+
+
 def has_parallel_loop(body: Stmt) -> bool:
     return any(isinstance(s, For) and s.kind is LoopKind.PARALLEL for s in walk_stmt(body))
 
@@ -159,6 +193,7 @@ def compile_kernel(name: str, buffers: list[Buffer], params: list[Var], body: St
             f"build: kernel {name} takes {len(buffers)} tensors and {len(params)} sizes; a "
             f"kernel called from Python takes at most {MAX_CALL_ARGS} arguments (ctypes); "
             "split the computation, or build it for an object file (save) and call it from C")
+    symbols = extern_symbols(body, name)
     threads = ensure_pool(new_target_machine(target)) if has_parallel_loop(body) else 1
     with timed("llvm codegen"):
         text = str(make_module(name, buffers, params, body, target, threads))
@@ -173,7 +208,8 @@ def compile_kernel(name: str, buffers: list[Buffer], params: list[Var], body: St
         # machine code first, so that every function it calls is known before it is loaded
         obj = target_machine(target).emit_object(mod)
         engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine(target))
-        check_symbols(obj, target, name, provided=RUNTIME_SYMBOLS, resolve=_resolvable)
+        check_symbols(obj, target, name, provided=RUNTIME_SYMBOLS | symbols,
+                      resolve=_resolvable)
         engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
         engine.finalize_object()
         addr = engine.get_function_address(name)
