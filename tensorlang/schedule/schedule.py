@@ -43,7 +43,7 @@ class Schedule:
             st = Stage(self, op, sid)
             self.stages.append(st)
             self._by_op[id(op)] = st
-            if op.scan_update is not None:
+            if getattr(op, "scan_update", None) is not None:     # a scan (a ComputeOp)
                 self._aliases[id(op.scan_update)] = st
                 for c in op.scan_cell:
                     self._folded[id(c)] = st
