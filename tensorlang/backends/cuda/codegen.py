@@ -30,7 +30,7 @@ from ...ir.expr import (
 from ...ir.stmt import (
     Allocate, Barrier, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store, joined_barriers,
 )
-from ...ir.visit import stmt_exprs, uses_buffer, walk
+from ...ir.visit import stmt_exprs, uses_buffer, walk, walk_stmt
 from ..abi import ERROR_RECORD_LEN
 from ..llvm.vector import VectorContext
 from .launch import (  # noqa: F401 (Launch, plan: codegen's API)
@@ -492,7 +492,16 @@ def generate(name: str, buffers: list[Buffer], params: list[Var], body: Stmt):
             n = buffer_elements(b)
             w.emit(f"__shared__ __align__(16) {C_TYPES[b.dtype.name]} {b.name}[{n}];")
         w.stmt(launch.inner)
-        sig = [f"{C_TYPES[b.dtype.name]} *__restrict__ {b.name}" for b in launch.buffers] + \
+        # no __restrict__ in a kernel that reads and writes several buffers of its arguments
+        # (a tuple reduction's accumulators in global memory): nvcc (CUDA 13) miscompiled
+        # such an argmax with restrict pointers — the index kept its identity — and ran it
+        # right without them, or with ptxas -O0
+        stored = {id(x.buffer) for x in walk_stmt(launch.inner) if isinstance(x, Store)}
+        loaded = {id(x.buffer) for st in walk_stmt(launch.inner) for e in stmt_exprs(st)
+                  for x in walk(e) if isinstance(x, Load)}
+        both = [b for b in launch.buffers if id(b) in stored and id(b) in loaded]
+        restrict = "" if len(both) > 1 else "__restrict__ "
+        sig = [f"{C_TYPES[b.dtype.name]} *{restrict}{b.name}" for b in launch.buffers] + \
               [f"long long {p.name}_" for p in launch.params]
         w.lines[:0] = [f"  const tl_idx {p.name} = (tl_idx){p.name}_;" for p in launch.params]
         bounds = f"__launch_bounds__({launch.threads}) "
