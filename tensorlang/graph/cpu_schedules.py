@@ -121,10 +121,12 @@ def default_schedule(out: tl.Tensor, kind: str, work: int, fresh=None,
             return s
         big = work >= 1 << 16
         if kind == "elementwise":
+            lanes = _lanes(str(out.dtype))
+            if _pieces_elementwise(st, lanes, big):
+                return s
             fused = axes[0]
             for a in axes[1:]:
                 fused = st.fuse(fused, a)
-            lanes = _lanes(str(out.dtype))
             size = int(np.prod([int(x.value) for x in out.shape]))
             if size >= 2 * lanes:
                 outer, inner = st.split(fused, factor=lanes)
@@ -158,6 +160,47 @@ def default_schedule(out: tl.Tensor, kind: str, work: int, fresh=None,
             raise ScheduleError(f"{what}; TL_STRICT=1 forbids the fallback") from e
         debug_print(1, f"{what}; running the declared loop nest")
         return fresh()
+
+
+def _condition_axis(st) -> int | None:
+    """The outermost axis of stage `st` that a condition of its body (an `if_then_else`:
+    which input of a concat, a pad's border) reads, or None."""
+    from ..ir.expr import Select, Var
+    from ..ir.visit import walk
+
+    names_ = [a.var.name for a in st.op.axis]
+    read = {x.name for e in walk(st.op.body) if isinstance(e, Select)
+            for x in walk(e.cond) if isinstance(x, Var)}
+    return next((d for d, n in enumerate(names_) if n in read), None)
+
+
+def _pieces_elementwise(st, lanes: int, parallel: bool) -> bool:
+    """An elementwise stage whose body chooses between arms by an outer axis (a concat
+    along channels: which input a channel comes from): the axes up to that one fused into
+    the outer loop (parallel when large), the axes after it fused into a contiguous inner
+    loop in vectors. The choice is then one branch per vector, taken the same way by all
+    its lanes, and each arm's reads move by one per lane: contiguous vector loads. With
+    all axes fused into one loop the arm of each lane depends on a division of the fused
+    index, and the reads become gathers. False (nothing done) where no condition reads an
+    axis before the last, or where the inner run is shorter than two vectors."""
+    d = _condition_axis(st)
+    axes = list(st.op.axis)
+    if d is None or d + 1 >= len(axes):
+        return False
+    ext = [int(x.value) for x in st.op.output.shape]
+    inner_size = int(np.prod(ext[d + 1:]))
+    if inner_size < 2 * lanes:
+        return False
+    inner = axes[d + 1]
+    for a in axes[d + 2:]:
+        inner = st.fuse(inner, a)
+    outer = axes[0]
+    for a in axes[1:d + 1]:
+        outer = st.fuse(outer, a)
+    st.vectorize(st.split(inner, factor=lanes)[1])
+    if parallel and int(np.prod(ext[:d + 1])) > 1:
+        st.parallel(outer)
+    return True
 
 
 def _last_index(st) -> object:

@@ -170,8 +170,14 @@ def rule_linear(e: Expr) -> Expr | None:
     const = sum(consts)
     if len(kept) + (const != 0) >= leaves:
         return None
-    d = e.dtype
+    out = _sum_of_terms(kept, const, e.dtype)
+    if _linear_terms(out, 1, {}, []) >= leaves:
+        return None
+    return out
 
+
+def _sum_of_terms(kept: list, const: int, d) -> Expr:
+    """The integer sum of `kept` ([atom, coefficient] pairs, none zero) and `const`."""
     def term(x, c):
         return x if abs(c) == 1 else Mul(x, Const(abs(c), d), d)
 
@@ -186,9 +192,46 @@ def rule_linear(e: Expr) -> Expr | None:
         out = Sub(Const(0, d), t, d) if out is None else Sub(out, t, d)
     if const:
         out = Add(out, Const(const, d), d) if const > 0 else Sub(out, Const(-const, d), d)
-    if _linear_terms(out, 1, {}, []) >= leaves:
-        return None
     return out
+
+
+def rule_div_mod_pair(e: Expr) -> Expr | None:
+    """a // m * (c*m) + b % m * c -> a * c in an integer sum (floor division and modulo,
+    m > 0), where a - b is a multiple of m in every term: the row and column of a fused
+    loop index flattened back into one offset. Exact: with a = b + m*q,
+    a // m = q + b // m and b == b // m * m + b % m. It gives the vectoriser back an offset
+    that moves by one per lane, where a quotient and remainder (as isl writes them, often
+    of two different sums) would make a fused elementwise loop gather and scatter."""
+    if not isinstance(e, (Add, Sub)) or not e.dtype.is_int or e.dtype.is_unsigned or \
+            e.dtype.lanes != 1:
+        return None
+    terms: dict = {}
+    consts: list[int] = []
+    _linear_terms(e, 1, terms, consts)
+    for mkey, (t, c) in terms.items():
+        if not (isinstance(t, FloorMod) and isinstance(t.b, Const) and int(t.b.value) > 0
+                and c != 0):
+            continue
+        m = int(t.b.value)
+        for dkey, (u, cd) in terms.items():
+            if not (isinstance(u, FloorDiv) and isinstance(u.b, Const) and
+                    int(u.b.value) == m and cd == c * m and _differ_by_multiple(u.a, t.a, m)):
+                continue
+            terms[dkey][1] = terms[mkey][1] = 0
+            _linear_terms(u.a, c, terms, consts)
+            kept = [(x, k) for x, k in terms.values() if k != 0]
+            return _sum_of_terms(kept, sum(consts), e.dtype)
+    return None
+
+
+def _differ_by_multiple(a: Expr, b: Expr, m: int) -> bool:
+    """Whether the integer sums a and b differ by m times an integer sum (every term's
+    coefficient and the constant of a - b a multiple of m)."""
+    terms: dict = {}
+    consts: list[int] = []
+    _linear_terms(a, 1, terms, consts)
+    _linear_terms(b, -1, terms, consts)
+    return sum(consts) % m == 0 and all(k % m == 0 for _, k in terms.values())
 
 
 def rule_sub_negative(e: Expr) -> Expr | None:
@@ -247,6 +290,10 @@ def rule_mod_multiples(e: Expr) -> Expr | None:
 
 SIMPLIFY = (rule_fold_consts, rule_add_zero, rule_mul_one, rule_reassociate_consts, rule_logic,
             rule_linear, rule_sub_negative, rule_min_plus_const, rule_mod_multiples)
+# a row-major offset: the default rules and a quotient and remainder recombined (the
+# vectoriser's question whether an access is contiguous; the default rules leave the
+# pair, which LLVM folds no worse)
+FLAT_OFFSET = SIMPLIFY + (rule_div_mod_pair,)
 
 
 def apply_rules(e: Expr, rules=SIMPLIFY) -> Expr | None:

@@ -18,6 +18,7 @@ from llvmlite import ir
 from ...ir.expr import (
     Add, Const, Expr, FloorDiv, FloorMod, Load, Mul, Var, binary,
 )
+from ...ir.simplify import FLAT_OFFSET, simplify
 from ...ir.stmt import Let, Store
 from ...ir.visit import map_expr, substitute, walk
 from ...ir.affine import interval_condition, linear_coeff  # noqa: F401 (linear_coeff: vector's API)
@@ -41,6 +42,23 @@ def _multiple_of(e: Expr, m: int) -> bool:
     if isinstance(e, Mul):
         return _multiple_of(e.a, m) or _multiple_of(e.b, m)
     return False
+
+
+def _flat_moves_by_one(idx, extents, var: str) -> bool:
+    """Whether the row-major offset of `idx` in a buffer of `extents` (constants) grows by
+    exactly 1 per lane although some index alone does not: a fused loop's row and column
+    `(f // 55, f % 55)` flatten back to `f` (`ir.simplify.rule_div_mod_pair`), so the
+    access is one vector whichever rows its lanes cross."""
+    if not all(isinstance(x, Const) for x in extents) or len(idx) != len(extents):
+        return False
+    flat: Expr | None = None
+    stride = 1
+    for i, ext in zip(reversed(idx), reversed(extents)):
+        dt = i.dtype
+        t = i if stride == 1 else binary(Mul, i, Const(stride, dt))
+        flat = t if flat is None else binary(Add, t, flat)
+        stride *= int(ext.value)
+    return flat is not None and linear_coeff(simplify(flat, FLAT_OFFSET), var) == 1
 
 
 def lane_divmod(e: Expr, var: str, lanes: int) -> Expr:
@@ -172,6 +190,9 @@ class VectorContext:
             else:
                 if flat == 1:
                     return "contiguous", idx
+        if buf is not None and None in cs and _flat_moves_by_one(idx, extents or buf.shape,
+                                                                 self.var):
+            return "contiguous", idx
         return "gather", idx
 
     def _scalar_address(self, cg, buf, idx) -> ir.Value:
