@@ -469,19 +469,28 @@ def _block_conv_groups(s: tl.Schedule, conv: tl.Tensor, grouped: tl.Tensor,
     go, og = f"{o}.outer", f"{o}.inner"
     if kg == 1:
         mr, nv = register_tile(oh, ow, dtype)
+        # rows that divide the output's: a partial tile's rows are not unrolled, and its
+        # accumulators then live in memory
+        cap = min(MAX_TILE_ROWS, (_host().vector_registers - nv - 1) // nv)
+        mr = next((r for r in range(cap, (cap + 1) // 2 - 1, -1) if oh % r == 0), mr)
         vector_tile(st, i, j, mr, nv, lanes,
                     order=(n, go, og, f"{i}.outer", f"{j}.outer", f"{i}.inner", f"{j}.inner"))
         accumulate_in_registers(s, grouped, st, f"{j}.outer", 3, lanes)
-        outer = (n, go)
+        across = go
     else:
         mr, nv = register_tile(kg, ow, dtype)
         vector_tile(st, og, j, mr, nv, lanes,
                     order=(n, go, f"{og}.outer", i, f"{j}.outer", f"{og}.inner",
                            f"{j}.inner"))
         accumulate_in_registers(s, grouped, st, f"{j}.outer", 2, lanes)
-        outer = (n, go, f"{og}.outer")
+        # the groups in parallel where they share evenly among the threads, else each
+        # group's channel tiles (a parallel loop per group)
+        threads = _host().cores
+        across = go if groups % threads == 0 or groups >= 4 * threads else f"{og}.outer"
     if parallel:
-        st.parallel(st.fuse(*outer))
+        # one loop, not the outer loops fused: the tile's footprint in a fused loop is
+        # a modulo that isl's bounds do not narrow, and the tile would span all channels
+        st.parallel(across)
 
 
 def _padded_input_stage(s: tl.Schedule, st, lanes: int, parallel: bool,
