@@ -1,9 +1,9 @@
-"""Grouped and depthwise convolutions, one op at a time, paired in one process: tensorlang's
-register-blocked forms (`model_ops.conv_grouped_te`, `conv_depthwise_te`), the window
-schedule the general conv had before them, and onnxruntime on a one-node model of the same
-op. Each op is conv + bias + relu (a batch norm folded into the conv, as in ShuffleNet);
-the three run in turn, `--rounds` rounds of `--calls` calls each, and the median per call
-is reported.
+"""Grouped, depthwise and strided convolutions, one op at a time, paired in one process:
+tensorlang's register tiles per group (`model_ops.conv_grouped_te`), the schedule the op had
+before them ("before": the general conv's window schedule; a strided conv2d's direct form),
+and onnxruntime on a one-node model of the same op. Each op is conv + bias + relu (a batch
+norm folded into the conv, as in ShuffleNet and ResNet-50); the three take turns,
+`--rounds` rounds of `--calls` calls each, and the median of the rounds is reported.
 
 Usage: python benchmarks/grouped_conv.py [--shapes shufflenet|resnet_stem|all] [--rounds 7]
        [--calls 50] [--threads 2] [--cpu-time] [--only NAME]
@@ -50,8 +50,8 @@ def _onnx_model(c, k, h, kh, stride, groups, w, b):
 
 
 def systems(case, threads: int, old: bool = True):
-    """name -> a function that runs the op once, for tensorlang (new), the window schedule
-    (old, where the op is a general conv) and onnxruntime; also checks they agree."""
+    """name -> a function that runs the op once, for tensorlang, its schedule before the
+    grouped form (`old`) and onnxruntime; also checks that they agree."""
     import onnxruntime as ort
 
     import tensorlang.graph as G
@@ -74,15 +74,20 @@ def systems(case, threads: int, old: bool = True):
         ex.run({x: xv})
         return lambda: ex.run({x: xv})[0]
     out = {"tensorlang": executor()}
-    if old and not (groups == 1 and stride == 1):
-        grouped = E.conv_grouped_te
-        # the window schedule of the general conv as it was: its TE, kind "conv" (the
-        # bias and relu fused into it here, where they were a kernel of their own)
-        E.conv_grouped_te = lambda args, shapes, o, **kw: (M._conv_te(args, shapes, o, **kw)[0],
-                                                            "conv")
+    if old:
+        if groups == 1:     # conv2d, strided: its direct form (vectors gathered per tap)
+            from tensorlang.graph.nnops import conv2d_te
+
+            def before(args, shapes, o, strides, pads, dilations, groups):
+                return conv2d_te(args, shapes, o, stride=strides[0], padding=pads[0])
+        else:               # the general conv's window schedule: its TE, kind "conv" (the
+            # bias and relu fused into it here, where they were a kernel of their own)
+            def before(args, shapes, o, **kw):
+                return M._conv_te(args, shapes, o, **kw)[0], "conv"
+        grouped, E.conv_grouped_te = E.conv_grouped_te, before
         E._KERNELS.clear()
         try:
-            out["window (before)"] = executor()
+            out["before"] = executor()
         finally:
             E.conv_grouped_te = grouped
             E._KERNELS.clear()
@@ -125,18 +130,16 @@ def main(argv=None) -> int:
     os.environ.setdefault("TL_NUM_THREADS", str(a.threads))
     cases = {"shufflenet": SHUFFLENET, "resnet_stem": RESNET_STEM,
              "all": SHUFFLENET + RESNET_STEM}[a.shapes]
-    print("| op | tensorlang us | window (before) us | onnxruntime us | tensorlang speed / "
-          "onnxruntime's | / window's |")
-    print("|---|---|---|---|---|---|")
+    print("| op | system | us per call | onnxruntime's time / this |")
+    print("|---|---|---|---|")
     for case in cases:
         if a.only and a.only not in case[0]:
             continue
         t = paired(systems(case, a.threads), a.rounds, a.calls,
                    time.process_time if a.cpu_time else time.perf_counter)
-        new, ort_, old = t["tensorlang"], t["onnxruntime"], t.get("window (before)")
-        print(f"| {case[0]} | {1e6 * new:.1f} | "
-              f"{'-' if old is None else f'{1e6 * old:.1f}'} | {1e6 * ort_:.1f} | "
-              f"{ort_ / new:.2f} | {'-' if old is None else f'{old / new:.1f}'} |", flush=True)
+        for name, sec in t.items():
+            print(f"| {case[0]} | {name} | {1e6 * sec:.1f} | {t['onnxruntime'] / sec:.2f} |",
+                  flush=True)
     return 0
 
 

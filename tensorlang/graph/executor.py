@@ -198,6 +198,14 @@ def schedule_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "
                            f" (groups={kw['groups']}) takes the general conv's register "
                            "tiles per group")
             t, kind = conv_grouped_te(args, arg_shapes, out_shape, **kw)
+        elif op == "conv2d" and cpu and kw["stride"] > 1:
+            # strided, direct: the general conv's form, whose input columns are dealt by
+            # the stride's phases (conv2d's direct form gathers every tap's vector)
+            debug_print(1, f"executor: conv2d {tuple(arg_shapes[0])} * "
+                           f"{tuple(arg_shapes[1])} (stride {kw['stride']}) takes the general "
+                           "conv's register tiles")
+            t, kind = conv_grouped_te(args, arg_shapes, out_shape, strides=(kw["stride"],) * 2,
+                                      pads=(kw["padding"],) * 4, dilations=(1, 1), groups=1)
         else:
             t, kind = OPS[op].te(args, arg_shapes, out_shape, **kw)
         tensors.append(t)
