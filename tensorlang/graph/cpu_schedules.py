@@ -476,17 +476,23 @@ def _block_conv_groups(s: tl.Schedule, conv: tl.Tensor, grouped: tl.Tensor,
         vector_tile(st, i, j, mr, nv, lanes,
                     order=(n, go, og, f"{i}.outer", f"{j}.outer", f"{i}.inner", f"{j}.inner"))
         accumulate_in_registers(s, grouped, st, f"{j}.outer", 3, lanes)
-        across = go
+        tiles, rows = 1, f"{i}.outer"
     else:
         mr, nv = register_tile(kg, ow, dtype)
         vector_tile(st, og, j, mr, nv, lanes,
                     order=(n, go, f"{og}.outer", i, f"{j}.outer", f"{og}.inner",
                            f"{j}.inner"))
         accumulate_in_registers(s, grouped, st, f"{j}.outer", 2, lanes)
-        # the groups in parallel where they share evenly among the threads, else each
-        # group's channel tiles (a parallel loop per group)
-        threads = _host().cores
-        across = go if groups % threads == 0 or groups >= 4 * threads else f"{og}.outer"
+        tiles, rows = -(-kg // mr), i
+    # the groups in parallel where they share evenly among the threads, else each group's
+    # channel tiles, else (few of those: one group of few channels) the rows of a tile
+    threads = _host().cores
+    if groups % threads == 0 or groups >= 4 * threads:
+        across = go
+    elif tiles >= 2 * threads:
+        across = f"{og}.outer"
+    else:
+        across = rows
     if parallel:
         # one loop, not the outer loops fused: the tile's footprint in a fused loop is
         # a modulo that isl's bounds do not narrow, and the tile would span all channels

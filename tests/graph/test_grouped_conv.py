@@ -81,6 +81,7 @@ def _conv_stage(node):
 
 @pytest.mark.parametrize("n,c,k,h,w,kernel,groups,strides,pads,dilations",
                          [DEPTHWISE[0], DEPTHWISE[3], GROUPED[0], GROUPED[2],
+                          GROUPED[7],         # conv2d, strided: the same form
                           (1, 136, 136, 28, 28, (3, 3), 136, (1, 1), (1, 1, 1, 1), (1, 1)),
                           (1, 272, 272, 14, 14, (1, 1), 4, (1, 1), (0, 0, 0, 0), (1, 1))])
 def test_general_conv_takes_the_register_tiles_per_group(n, c, k, h, w, kernel, groups,
