@@ -107,6 +107,9 @@ def paired(fns: dict, rounds: int, calls: int, clock=time.perf_counter) -> dict:
     times = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
+            # onnxruntime's pool spins a while after a call: let it stop before the next
+            # system's turn, which it would otherwise slow down by taking a core
+            time.sleep(0.05)
             fn()
             t = clock()
             for _ in range(calls):
