@@ -419,6 +419,10 @@ def _block_conv(s: tl.Schedule, conv: tl.Tensor, out: tl.Tensor, parallel: bool)
     if blocked is not None:
         _block_conv_channels(s, conv, blocked, out, parallel)
         return
+    grouped = _blocked_conv_stage(conv, "conv_grouped")
+    if grouped is not None:
+        _block_conv_groups(s, conv, grouped, out, parallel)
+        return
     lanes = _lanes(str(out.dtype))
     nb, oc, oh, ow = (int(x.value) for x in out.shape)
     flops = nb * oc * oh * ow * int(np.prod([int(r.extent.value) for r in conv.op.reduce_axis]))
@@ -440,18 +444,84 @@ def _block_conv(s: tl.Schedule, conv: tl.Tensor, out: tl.Tensor, parallel: bool)
         st.parallel(oo)
 
 
-def _blocked_conv_stage(conv: tl.Tensor) -> tl.Tensor | None:
-    """The [n, K/block, oh, ow, block] stage that `conv` (the NCHW output of
-    `nnops.conv2d_blocked_te`) reads, or None for the direct form."""
+def _blocked_conv_stage(conv: tl.Tensor, name: str = "conv_blocked") -> tl.Tensor | None:
+    """The 5-D stage named `name` that `conv` reads: [n, K/block, oh, ow, block] of
+    `nnops.conv2d_blocked_te` ("conv_blocked"), [n, groups, K/groups, oh, ow] of
+    `model_ops.conv_grouped_te` ("conv_grouped"); None for the direct form."""
     from ..ir.expr import Load
     from ..ir.visit import walk
 
     if conv.op.reduce_axis:
         return None
     for x in walk(conv.op.body):
-        if isinstance(x, Load) and x.buffer.op.name == "conv_blocked":
+        if isinstance(x, Load) and x.buffer.op.name == name:
             return x.buffer
     return None
+
+
+def _block_conv_groups(s: tl.Schedule, conv: tl.Tensor, grouped: tl.Tensor,
+                       out: tl.Tensor, parallel: bool) -> None:
+    """The general convolution (`model_ops.conv_grouped_te`: groups, strides, pads,
+    dilations) as `_block_conv`'s direct form per group: each tile of mr output channels
+    of one group by nv vectors of output columns accumulates in registers over the group's
+    (c, kh, kw), every step loading nv vectors of one input row (shared by the tile's
+    channels, which read the same group) and broadcasting mr weights. The output's channel
+    axis is split by the group's channels first, so no tile straddles two groups:
+
+        for n, g, og.outer (parallel, fused), i, j.outer:
+          for rc, rp, rq:
+            for og (unrolled), j (nv vectors, unrolled), lanes (vectorised):
+              acc[og, j] += xpad[n, g*C/groups + rc, ...] * w[g*K/groups + og, rc, rp, rq]
+          out[n, g*K/groups + og, i, j] = epilogue(acc[og, j])
+
+    Groups of one output channel (depthwise) tile mr output rows instead of channels
+    (`for n, g (parallel, fused), i.outer, j.outer: ... acc[i, j]`): the same number of
+    independent accumulators, and a tap's input row is the next row's tap below it. The
+    padded input is its own stage (`_padded_input_stage`)."""
+    dtype = str(out.dtype)
+    lanes = _lanes(dtype)
+    nb, groups, kg, oh, ow = (int(x.value) for x in grouped.shape)
+    taps = int(np.prod([int(r.extent.value) for r in grouped.op.reduce_axis]))
+    parallel = parallel or nb * groups * kg * oh * ow * taps >= 1 << 16
+    for st in s.stages:
+        if st.op.name == "xpad" and not st.inlined and st.state.attach is None:
+            _padded_input_stage(s, st, lanes, parallel)
+    if conv is not out:
+        s[conv].compute_inline()        # the NCHW copy: the epilogue reads the tile
+    st = s[out]
+    n, o, i, j = names(st.op.axis)
+    st.split(o, factor=kg)
+    go, og = f"{o}.outer", f"{o}.inner"
+    if kg == 1:
+        mr, nv = register_tile(oh, ow, dtype)
+        # rows that divide the output's: a partial tile's rows are not unrolled, and its
+        # accumulators then live in memory
+        cap = min(MAX_TILE_ROWS, (_host().vector_registers - nv - 1) // nv)
+        mr = next((r for r in range(cap, (cap + 1) // 2 - 1, -1) if oh % r == 0), mr)
+        vector_tile(st, i, j, mr, nv, lanes,
+                    order=(n, go, og, f"{i}.outer", f"{j}.outer", f"{i}.inner", f"{j}.inner"))
+        accumulate_in_registers(s, grouped, st, f"{j}.outer", 3, lanes)
+        tiles, rows = 1, f"{i}.outer"
+    else:
+        mr, nv = register_tile(kg, ow, dtype)
+        vector_tile(st, og, j, mr, nv, lanes,
+                    order=(n, go, f"{og}.outer", i, f"{j}.outer", f"{og}.inner",
+                           f"{j}.inner"))
+        accumulate_in_registers(s, grouped, st, f"{j}.outer", 2, lanes)
+        tiles, rows = -(-kg // mr), i
+    # the groups in parallel where they share evenly among the threads, else each group's
+    # channel tiles, else (few of those: one group of few channels) the rows of a tile
+    threads = _host().cores
+    if groups % threads == 0 or groups >= 4 * threads:
+        across = go
+    elif tiles >= 2 * threads:
+        across = f"{og}.outer"
+    else:
+        across = rows
+    if parallel:
+        # one loop, not the outer loops fused: the tile's footprint in a fused loop is
+        # a modulo that isl's bounds do not narrow, and the tile would span all channels
+        st.parallel(across)
 
 
 def _padded_input_stage(s: tl.Schedule, st, lanes: int, parallel: bool,
@@ -464,7 +534,13 @@ def _padded_input_stage(s: tl.Schedule, st, lanes: int, parallel: bool,
     pa = st.op.axis
     if int(st.op.output.shape[-1].value) >= lanes:
         st.vectorize(st.split(pa[-1], factor=lanes)[1])
-    if rows_first and len(pa) == 4:
+    if len(pa) == 5:
+        # columns dealt by a stride's phases (`model_ops._columns_by_stride`): the rows
+        # (n, c, h) in parallel, the phases a loop of their own (fused in, they would
+        # cost a division per row)
+        if parallel:
+            st.parallel(st.fuse(*pa[:3]))
+    elif rows_first and len(pa) == 4:
         st.reorder(pa[0], pa[2], pa[1])
         st.parallel(st.fuse(pa[0], pa[2]))
     elif parallel and len(pa) > 1:

@@ -30,6 +30,7 @@ from .cpu_schedules import conv_block, default_schedule, register_tile  # noqa: 
 from ..backends import array_cache
 from ..backends.abi import Status
 from ..backends.runtime import aligned_empty
+from .model_ops import conv_grouped_te
 from .nnops import conv2d_blocked_te
 from .fusion import ANCHORS, fuse, inline_members, reads_tensor
 from .node import GraphError, Node, topological_order
@@ -187,10 +188,24 @@ def schedule_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "
         args = [ins[k] if src == "in" else tensors[k] for src, k in operands]
         arg_shapes = [shapes[k] if src == "in" else tshapes[k] for src, k in operands]
         out_shape = tuple(OPS[op].shape(*arg_shapes, **kw))
+        cpu = backend_kind(target) not in GPU_KINDS
         block = conv_block(out_shape, arg_shapes[1], str(args[0].dtype)) \
-            if op == "conv2d" and backend_kind(target) not in GPU_KINDS else None
+            if op == "conv2d" and cpu else None
         if block is not None:       # channels in vectors (NCHW[x]c), see cpu_schedules
             t, kind = conv2d_blocked_te(args, arg_shapes, out_shape, block=block[0], **kw)
+        elif op == "conv" and cpu:  # the general conv: register tiles per group
+            debug_print(1, f"executor: conv {tuple(arg_shapes[0])} * {tuple(arg_shapes[1])}"
+                           f" (groups={kw['groups']}) takes the general conv's register "
+                           "tiles per group")
+            t, kind = conv_grouped_te(args, arg_shapes, out_shape, **kw)
+        elif op == "conv2d" and cpu and kw["stride"] > 1:
+            # strided, direct: the general conv's form, whose input columns are dealt by
+            # the stride's phases (conv2d's direct form gathers every tap's vector)
+            debug_print(1, f"executor: conv2d {tuple(arg_shapes[0])} * "
+                           f"{tuple(arg_shapes[1])} (stride {kw['stride']}) takes the general "
+                           "conv's register tiles")
+            t, kind = conv_grouped_te(args, arg_shapes, out_shape, strides=(kw["stride"],) * 2,
+                                      pads=(kw["padding"],) * 4, dilations=(1, 1), groups=1)
         else:
             t, kind = OPS[op].te(args, arg_shapes, out_shape, **kw)
         tensors.append(t)

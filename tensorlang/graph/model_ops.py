@@ -111,19 +111,26 @@ def _conv_ref(x, w, strides, pads, dilations, groups):
     return out.astype(np.result_type(x, w))
 
 
+def _conv_padded(x, shape, pads):
+    """The input with `pads` = (top, left, bottom, right) zeros around its planes."""
+    if not any(pads):
+        return x
+    nb, c, h, wd = shape
+    return tl.compute((nb, c, h + pads[0] + pads[2], wd + pads[1] + pads[3]),
+                      lambda a, b, y, z: tl.if_then_else(
+                          tl.all(y >= pads[0], y < h + pads[0], z >= pads[1], z < wd + pads[1]),
+                          x[a, b, y - pads[0], z - pads[1]], tl.const(0.0, x.dtype)),
+                      name="xpad")
+
+
 def _conv_te(ts, shapes, out, strides, pads, dilations, groups):
+    # kind "conv2d": the conv heads a group with its elementwise epilogue (bias, relu) as
+    # conv2d does; on CPUs the executor replaces this form by `conv_grouped_te` and its
+    # register-blocked schedule
     x, w = ts
     (_, c, h, wd), (k, cg, kh, kw) = shapes
     kg = k // groups
-    if any(pads):
-        xp = tl.compute((shapes[0][0], c, h + pads[0] + pads[2], wd + pads[1] + pads[3]),
-                        lambda a, b, y, z: tl.if_then_else(
-                            tl.all(y >= pads[0], y < h + pads[0], z >= pads[1],
-                                   z < wd + pads[1]),
-                            x[a, b, y - pads[0], z - pads[1]], tl.const(0.0, x.dtype)),
-                        name="xpad")
-    else:
-        xp = x
+    xp = _conv_padded(x, shapes[0], pads)
     rc, rp, rq = (tl.reduce_axis((0, cg), "rc"), tl.reduce_axis((0, kh), "rp"),
                   tl.reduce_axis((0, kw), "rq"))
 
@@ -132,7 +139,60 @@ def _conv_te(ts, shapes, out, strides, pads, dilations, groups):
         return tl.sum(xp[n, ch, i * strides[0] + rp * dilations[0],
                          j * strides[1] + rq * dilations[1]] * w[o, rc, rp, rq],
                       axis=[rc, rp, rq])
-    return tl.compute(out, body, name="out"), "conv"
+    return tl.compute(out, body, name="out"), "conv2d"
+
+
+def _columns_by_stride(x, shape, pads, stride: int):
+    """The padded input with its columns dealt into `stride` phases:
+    [n, c, h + pads, stride, ceil((w + pads) / stride)], phase r holding the padded columns
+    r, r + stride, ... A tap at column j * stride + q then reads phase q % stride at
+    j + q // stride: along the output columns, a contiguous vector instead of a gather."""
+    nb, c, h, wd = shape
+    top, left = pads[0], pads[1]
+    hp, wp = h + pads[0] + pads[2], wd + pads[1] + pads[3]
+    zero = tl.const(0.0, x.dtype)
+
+    def body(n, b, y, r, z):
+        col = z * stride + r
+        inside = [col < wp, col >= left, col < wd + left]
+        if pads[0] or pads[2]:
+            inside += [y >= top, y < h + top]
+        return tl.if_then_else(tl.all(*inside), x[n, b, y - top, col - left], zero)
+    return tl.compute((nb, c, hp, stride, -(-wp // stride)), body, name="xpad")
+
+
+def conv_grouped_te(ts, shapes, out, strides, pads, dilations, groups):
+    """The general convolution with its group as an axis of its own: computed into
+    [n, groups, K/groups, oh, ow] (NCHW's memory order, the channels split in two axes),
+    the NCHW output read from it. A tile of one group's output channels then reads one
+    group's input channels, the same for all its rows (the index of the 4-D form,
+    (o // (K/groups)) * C/groups + c, differs per output channel): the CPU executor's
+    register-blocked form of the general conv (`cpu_schedules._block_conv_groups`). With
+    a column stride, the padded input's columns are dealt by phase (`_columns_by_stride`)
+    so that every tap reads contiguous vectors along the output columns."""
+    x, w = ts
+    (nb, _, _, _), (k, cg, kh, kw) = shapes
+    kg = k // groups
+    _, _, oh, ow = out
+    (sh, sw), (dh, dw) = strides, dilations
+    rc, rp, rq = (tl.reduce_axis((0, cg), "rc"), tl.reduce_axis((0, kh), "rp"),
+                  tl.reduce_axis((0, kw), "rq"))
+    if sw > 1:
+        xp = _columns_by_stride(x, shapes[0], pads, sw)
+
+        def read(n, ch, i, j):
+            q = rq * dw
+            return xp[n, ch, i * sh + rp * dh, q % sw, j + q // sw]
+    else:
+        xp = _conv_padded(x, shapes[0], pads)
+
+        def read(n, ch, i, j):
+            return xp[n, ch, i * sh + rp * dh, j + rq * dw]
+    grouped = tl.compute((nb, groups, kg, oh, ow), lambda n, g, og, i, j: tl.sum(
+        read(n, g * cg + rc, i, j) * w[g * kg + og, rc, rp, rq], axis=[rc, rp, rq]),
+        name="conv_grouped")
+    return tl.compute(out, lambda n, o, i, j: grouped[n, o // kg, o % kg, i, j],
+                      name="out"), "conv2d"
 
 
 register_op("conv", _conv_ref, _conv_geometry, _no_grad("conv"), _no_jvp("conv"), _conv_te)
@@ -147,11 +207,10 @@ def conv(x, w, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), groups: int 
     if groups == 1 and dilations == (1, 1) and strides[0] == strides[1] and \
             len(set(pads)) == 1:
         return api.conv2d(x, w, stride=strides[0], padding=pads[0])
-    # the general form has the window schedule only (vectors along the output rows, no
-    # register tiles): many times slower than conv2d's; said where a user looks for it
+    # the general form: on CPUs, the executor's register tiles per group
+    # (`conv_grouped_te`), not conv2d's channel-blocked ones
     debug_print(1, f"conv: groups={groups}, strides={strides}, pads={pads}, dilations="
-                   f"{dilations} take the general convolution's window schedule, not "
-                   "conv2d's register tiles")
+                   f"{dilations} take the general convolution, not conv2d")
     return api.make("conv", (x, w), strides=strides, pads=pads, dilations=dilations,
                     groups=groups)
 
