@@ -26,6 +26,7 @@ TL_DEBUG=1.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -93,12 +94,17 @@ def machine_fingerprint() -> tuple:
     """The host target as code generation sees it: its triple, CPU and features (LLVM's view
     of this CPU too), its machine facts (the schedules' cost model reads them), and the
     thread pool's size (parallel loops are split for it)."""
-    import llvmlite.binding as llvm
-
     tgt = Target.parse("llvm")
     threads = pool_threads() or ensure_pool(new_target_machine(tgt))
-    return (str(tgt), repr(tgt), repr(tgt.cpu_model), llvm.get_host_cpu_name(),
-            llvm.get_host_cpu_features().flatten(), threads)
+    return (str(tgt), repr(tgt), repr(tgt.cpu_model), _llvm_host(), threads)
+
+
+@functools.cache
+def _llvm_host() -> tuple[str, str]:
+    """LLVM's name and features of this CPU (fixed for the process's life)."""
+    import llvmlite.binding as llvm
+
+    return llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
 
 
 def group_digest(members: tuple, shapes: tuple, dtypes: tuple, mode: str) -> str | None:
@@ -169,16 +175,22 @@ def compile_host(members, shapes, dtypes, schedules, scheduler) -> tuple[dict, K
 
 
 def _worker(job):
-    """A forked worker's compile of one group: ("ok", metadata, machine code) or ("error",
-    text): the parent compiles a failed group itself, so that its error is raised there
-    as it would be without workers."""
+    """A forked worker's compile of one group: ("ok", metadata, machine code, its stderr) or
+    ("error", text, its stderr): the parent compiles a failed group itself, so that its
+    error is raised there as it would be without workers. What the compile prints
+    (TL_DEBUG) goes back to the parent, which prints it where its own stderr goes."""
+    import contextlib
+    import io
+
     members, shapes, dtypes, schedules, scheduler = job
+    err = io.StringIO()
     try:
-        entry, code, _ = compile_host(members, shapes, dtypes, schedules, scheduler)
+        with contextlib.redirect_stderr(err):
+            entry, code, _ = compile_host(members, shapes, dtypes, schedules, scheduler)
     except BaseException as e:      # noqa: BLE001 (reported to the parent, which retries)
-        return "error", f"{type(e).__name__}: {e}"
+        return "error", f"{type(e).__name__}: {e}", err.getvalue()
     meta, obj = entry_payload(entry, code)
-    return "ok", meta, obj
+    return "ok", meta, obj, err.getvalue()
 
 
 def can_fork(n: int) -> bool:
@@ -207,9 +219,12 @@ def compile_forked(jobs: list, progress) -> list:
         futures = {ex.submit(_worker, job): k for k, job in enumerate(jobs)}
         for f in as_completed(futures):
             try:
-                results[futures[f]] = f.result()
+                got = f.result()
             except Exception as e:      # noqa: BLE001 (a worker that died: retried here)
-                results[futures[f]] = ("error", f"{type(e).__name__}: {e}")
+                got = ("error", f"{type(e).__name__}: {e}", "")
+            if got[-1]:
+                sys.stderr.write(got[-1])
+            results[futures[f]] = got
             progress()
     return results
 
