@@ -220,7 +220,7 @@ def _compile_missing(keys: list, target: str, schedules: str) -> dict:
         if KC.can_fork(len(pending)) and all(m != "auto" for _, _, m in pending):
             forked = KC.compile_forked([(*key[:3], schedules, schedule_group_for_cache)
                                         for key, _, _ in pending], update)
-        for (key, digest, mode), got in zip(pending, forked):
+        for (key, digest, _), got in zip(pending, forked):
             if got is not None and got[0] == "ok":
                 meta, obj = got[1], got[2]
                 mod = KC.load_entry(meta, obj, _rebuilder(key))

@@ -215,8 +215,11 @@ def compile_forked(jobs: list, progress) -> list:
 
     n = min(compile_jobs(), len(jobs))
     results = [None] * len(jobs)
+    # the slowest first (convolutions and matmuls, then larger groups), so that no worker
+    # starts a long one when the others are done
+    order = sorted(range(len(jobs)), key=lambda k: -_weight(jobs[k][0]))
     with ProcessPoolExecutor(n, mp_context=mp.get_context("fork")) as ex:
-        futures = {ex.submit(_worker, job): k for k, job in enumerate(jobs)}
+        futures = {ex.submit(_worker, jobs[k]): k for k in order}
         for f in as_completed(futures):
             try:
                 got = f.result()
@@ -227,6 +230,13 @@ def compile_forked(jobs: list, progress) -> list:
             results[futures[f]] = got
             progress()
     return results
+
+
+def _weight(members: tuple) -> int:
+    """A rough rank of a group's compile time: a convolution or matmul heads it, then its
+    size."""
+    heavy = any(op in ("conv2d", "conv", "matmul") for op, _, _ in members)
+    return 1000 * heavy + len(members)
 
 
 def progress_bar(total: int):
