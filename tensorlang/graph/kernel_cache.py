@@ -182,7 +182,9 @@ def _worker(job):
     import contextlib
     import io
 
-    members, shapes, dtypes, schedules, scheduler = job
+    members, shapes, dtypes, schedules, scheduler, settings = job
+    if settings != settings_fingerprint():      # the key was made for other settings
+        return "error", "the worker's settings differ from its parent's", ""
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
@@ -209,7 +211,8 @@ def can_fork(n: int) -> bool:
 
 
 def compile_forked(jobs: list, progress) -> list:
-    """Each job's `_worker` result, computed by `compile_jobs()` forked processes."""
+    """Each job's `_worker` result, computed by `compile_jobs()` forked processes; a job is
+    (members, shapes, dtypes, schedules, scheduler) as `compile_host` takes them."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -219,7 +222,8 @@ def compile_forked(jobs: list, progress) -> list:
     # starts a long one when the others are done
     order = sorted(range(len(jobs)), key=lambda k: -_weight(jobs[k][0]))
     with ProcessPoolExecutor(n, mp_context=mp.get_context("fork")) as ex:
-        futures = {ex.submit(_worker, jobs[k]): k for k in order}
+        settings = settings_fingerprint()
+        futures = {ex.submit(_worker, (*jobs[k], settings)): k for k in order}
         for f in as_completed(futures):
             try:
                 got = f.result()

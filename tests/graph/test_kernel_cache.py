@@ -256,3 +256,15 @@ def test_a_schedule_from_changed_tuning_records_is_not_served(cache_here, monkey
 def test_the_suite_does_not_write_the_users_cache():
     assert os.environ["TL_CACHE_DIR"] != os.path.join(os.path.expanduser("~"), ".cache",
                                                       "tensorlang")
+
+
+def test_the_cache_command_shows_and_clears(cache_here, capsys):
+    from tensorlang.cli import main
+
+    nodes, feed, _ = _small_graph()
+    G.Executor(nodes).run(feed)
+    assert main(["cache", "info"]) == 0
+    assert f"{cache_here / 'kernels'}: 1 kernels" in capsys.readouterr().out
+    assert main(["cache", "clear"]) == 0
+    assert "1 kernels removed" in capsys.readouterr().out
+    assert not _entries(cache_here)
