@@ -3,7 +3,8 @@
 For each signature of fed shapes and dtypes, `Executor` makes a plan once: concrete shapes of
 every node, nodes fused into groups (elementwise chains, and a matmul with its elementwise
 epilogue), one compiled kernel per group (shared between groups and executors with the same
-structure, attributes, shapes and dtypes), and buffers assigned so that an intermediate's
+structure, attributes, shapes and dtypes, and between processes through the kernel cache on
+disk: `kernel_cache.py`), and buffers assigned so that an intermediate's
 memory is reused once its last user has run. A run then only calls kernels, on the fed
 arrays in place and on fresh output arrays, which come from the array cache
 (`backends/array_cache.py`: the memory of outputs the caller has let go of, pages already

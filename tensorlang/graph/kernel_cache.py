@@ -49,7 +49,7 @@ from ..target import GPU_KINDS, Target, backend_kind
 
 # what an entry holds, and how its key is made: a change of either makes older entries
 # foreign (they are never found, and age out of the folder)
-FORMAT = 1
+FORMAT = 2
 
 # groups below this many to compile are compiled in this process (starting workers costs
 # more than it saves)
@@ -147,13 +147,15 @@ def host_cacheable(target: str) -> bool:
 
 
 def entry_payload(entry: dict, code: KernelObject) -> tuple[dict, bytes]:
-    meta = dict(entry, recorded=code.recorded, parallel=code.parallel, name=code.name)
+    meta = dict(entry, recorded=code.recorded, parallel=code.parallel, name=code.name,
+                undefined=list(code.undefined))
     return meta, code.obj
 
 
 def load_entry(meta: dict, obj: bytes, rebuild) -> Module:
     """The module of a disk entry or a worker's result, loaded here."""
-    code = KernelObject(meta["name"], obj, bool(meta["recorded"]), bool(meta["parallel"]))
+    code = KernelObject(meta["name"], obj, bool(meta["recorded"]), bool(meta["parallel"]),
+                        tuple(meta["undefined"]))
     return load_host_object(meta, code, rebuild)
 
 

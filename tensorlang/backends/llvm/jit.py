@@ -20,7 +20,7 @@ from ...ir.visit import walk_stmt
 from ..abi import ERROR_RECORD_LEN, record_entry_name
 from .codegen import emit_function
 from .pool import RUNTIME_SYMBOLS, ensure_pool
-from .symbols import check_symbols
+from .symbols import check_symbols, undefined_symbols
 from .target import new_target_machine, target_machine
 
 # compiled kernels kept by the structural cache: each holds an execution engine (~0.7 MiB)
@@ -161,12 +161,14 @@ def _check_arity(name: str, buffers: list[Buffer], params: list[Var]) -> None:
 class KernelObject:
     """A kernel compiled for the host but not loaded: its machine code (an object file, which
     another process of this machine may load: `load_kernel`), whether it has the entry that
-    takes an error record, and whether it calls the thread pool."""
+    takes an error record, whether it calls the thread pool, and the symbols it uses but
+    does not define (read from `obj` once, when it was compiled: `check_symbols`)."""
 
     name: str
     obj: bytes
     recorded: bool
     parallel: bool
+    undefined: tuple[str, ...]
     llvm_ir: str = ""
     module: llvm.ModuleRef | None = None
 
@@ -187,7 +189,8 @@ def compile_host_object(name: str, buffers: list[Buffer], params: list[Var], bod
     with timed("llvm emit"):
         obj = target_machine(target).emit_object(mod)
     recorded = record_entry_name(name) in {f.name for f in mod.functions}
-    return KernelObject(name, obj, recorded, parallel, str(mod), mod)
+    return KernelObject(name, obj, recorded, parallel, tuple(sorted(undefined_symbols(obj))),
+                        str(mod), mod)
 
 
 def load_kernel(code: KernelObject, n_buffers: int, n_params: int, target: Target) -> Kernel:
@@ -198,7 +201,8 @@ def load_kernel(code: KernelObject, n_buffers: int, n_params: int, target: Targe
     name = code.name
     with timed("llvm jit"):
         engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine(target))
-        check_symbols(code.obj, target, name, provided=RUNTIME_SYMBOLS, resolve=_resolvable)
+        check_symbols(code.obj, target, name, provided=RUNTIME_SYMBOLS, resolve=_resolvable,
+                      undefined=code.undefined)
         engine.add_object_file(llvm.ObjectFileRef.from_data(code.obj))
         engine.finalize_object()
         addr = engine.get_function_address(name)
@@ -233,7 +237,8 @@ def compile_kernel(name: str, buffers: list[Buffer], params: list[Var], body: St
         # machine code first, so that every function it calls is known before it is loaded
         obj = target_machine(target).emit_object(mod)
     recorded = record_entry_name(name) in {f.name for f in mod.functions}
-    code = KernelObject(name, obj, recorded, parallel, str(mod), mod)
+    code = KernelObject(name, obj, recorded, parallel, tuple(sorted(undefined_symbols(obj))),
+                        str(mod), mod)
     kernel = load_kernel(code, len(buffers), len(params), target)
     CACHE.put(key, kernel)
     return kernel
