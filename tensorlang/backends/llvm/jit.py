@@ -177,16 +177,28 @@ def compile_host_object(name: str, buffers: list[Buffer], params: list[Var], bod
                         target: Target) -> KernelObject:
     """LLVM IR for the loop nest, optimised at O3 for `target` (the host) and compiled to
     machine code, for `load_kernel`."""
+    text, parallel = _module_text(name, buffers, params, body, target)
+    return _object(name, text, parallel, target)
+
+
+def _module_text(name: str, buffers: list[Buffer], params: list[Var], body: Stmt,
+                 target: Target) -> tuple[str, bool]:
+    """The kernel's unoptimised LLVM IR, and whether it has a parallel loop."""
     if not target.is_host:
         raise TensorlangError(f"internal: cannot run code for {target} in this process")
     _check_arity(name, buffers, params)
     parallel = has_parallel_loop(body)
     threads = ensure_pool(new_target_machine(target)) if parallel else 1
     with timed("llvm codegen"):
-        text = str(make_module(name, buffers, params, body, target, threads))
+        return str(make_module(name, buffers, params, body, target, threads)), parallel
+
+
+def _object(name: str, text: str, parallel: bool, target: Target) -> KernelObject:
+    """`text` optimised and compiled to machine code."""
     mod = parse_and_optimise(text, target_machine(target))
     debug_print(3, "LLVM IR", str(mod))
     with timed("llvm emit"):
+        # machine code first, so that every function it calls is known before it is loaded
         obj = target_machine(target).emit_object(mod)
     recorded = record_entry_name(name) in {f.name for f in mod.functions}
     return KernelObject(name, obj, recorded, parallel, tuple(sorted(undefined_symbols(obj))),
@@ -219,26 +231,13 @@ def load_kernel(code: KernelObject, n_buffers: int, n_params: int, target: Targe
 def compile_kernel(name: str, buffers: list[Buffer], params: list[Var], body: Stmt,
                    target: Target) -> Kernel:
     """LLVM IR for the loop nest, optimised at O3 for `target` and JIT-compiled."""
-    if not target.is_host:
-        raise TensorlangError(f"internal: cannot run code for {target} in this process")
-    _check_arity(name, buffers, params)
-    parallel = has_parallel_loop(body)
-    threads = ensure_pool(new_target_machine(target)) if parallel else 1
-    with timed("llvm codegen"):
-        text = str(make_module(name, buffers, params, body, target, threads))
+    text, parallel = _module_text(name, buffers, params, body, target)
     key = (hashlib.sha256(text.encode()).digest(), target)   # (not the text: 100s of KiB)
     cached = CACHE.get(key)
     if cached is not None:
         debug_print(1, "llvm: cache hit")
         return cached
-    mod = parse_and_optimise(text, target_machine(target))
-    debug_print(3, "LLVM IR", str(mod))
-    with timed("llvm emit"):
-        # machine code first, so that every function it calls is known before it is loaded
-        obj = target_machine(target).emit_object(mod)
-    recorded = record_entry_name(name) in {f.name for f in mod.functions}
-    code = KernelObject(name, obj, recorded, parallel, tuple(sorted(undefined_symbols(obj))),
-                        str(mod), mod)
-    kernel = load_kernel(code, len(buffers), len(params), target)
+    kernel = load_kernel(_object(name, text, parallel, target), len(buffers), len(params),
+                         target)
     CACHE.put(key, kernel)
     return kernel
