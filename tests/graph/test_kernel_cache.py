@@ -268,3 +268,17 @@ def test_the_cache_command_shows_and_clears(cache_here, capsys):
     assert main(["cache", "clear"]) == 0
     assert "1 kernels removed" in capsys.readouterr().out
     assert not _entries(cache_here)
+
+
+def test_a_progress_bar_on_a_terminal_only(monkeypatch, capsys):
+    update, close = KC.progress_bar(3)          # the tests' stderr is no terminal
+    update()
+    close()
+    assert capsys.readouterr().err == ""
+    pytest.importorskip("tqdm")
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    update, close = KC.progress_bar(3)
+    for _ in range(3):
+        update()
+    close()
+    assert "compiling kernels" in capsys.readouterr().err
