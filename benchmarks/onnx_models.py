@@ -82,7 +82,10 @@ def main(argv=None) -> int:
     if a.one:
         print(json.dumps(measure(a.one[0], a.one[1], a.threads, a.calls)))
         return 0
-    env = dict(os.environ, TL_NUM_THREADS=str(a.threads), OMP_NUM_THREADS=str(a.threads))
+    # the kernel cache off: "file to first result" is a compile every round (a second
+    # process's, from the cache: benchmarks/onnx_compile_time.py)
+    env = dict(os.environ, TL_NUM_THREADS=str(a.threads), OMP_NUM_THREADS=str(a.threads),
+               TL_KERNEL_CACHE="0")
     rows = []
     for name in a.models.split(","):
         res: dict[str, list] = {"tensorlang": [], "onnxruntime": []}

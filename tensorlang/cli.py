@@ -150,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="an input's value (repeatable; the others are random)")
     rn.add_argument("--profile", action="store_true", help="each kernel's time and share")
     rn.add_argument("--runs", type=int, default=10, help="timed runs (default 10)")
+    ca = sub.add_parser("cache", help="the graph executor's kernel cache on disk: where it is "
+                        "and how large (info), or empty it (clear)")
+    ca.add_argument("action", choices=("info", "clear"))
     args = parser.parse_args(argv)
     if args.version:
         import tensorlang as tl
@@ -185,7 +188,30 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "tune":
         return tune(args.script, args.log, args.budget, parser)
+    if args.command == "cache":
+        return cache(args.action)
     parser.print_help()
+    return 0
+
+
+def cache(action: str) -> int:
+    """`tensorlang cache info|clear`: the kernel cache's folder, entries and size, or every
+    entry removed (the tuning log beside it stays)."""
+    from .backends.disk_cache import DiskCache
+    from .config import kernel_cache_bytes, kernel_cache_dir
+
+    folder = kernel_cache_dir()
+    if folder is None:
+        print("the kernel cache is off (TL_KERNEL_CACHE=0)")
+        return 0
+    store = DiskCache(folder, kernel_cache_bytes())
+    if action == "clear":
+        print(f"{store.clear()} kernels removed from {folder}")
+        return 0
+    entries = store.entries()
+    size = sum(n for _, n, _ in entries)
+    print(f"{folder}: {len(entries)} kernels, {size / (1 << 20):.1f} MiB (cap "
+          f"{kernel_cache_bytes() / (1 << 20):.0f} MiB, TL_KERNEL_CACHE_MB)")
     return 0
 
 

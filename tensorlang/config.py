@@ -8,8 +8,11 @@ TL_FASTMATH=1 builds every LLVM kernel with fast math (`tl.build(..., fastmath=T
 for one kernel; see `fastmath`).
 TL_TUNE_LOG and TL_TUNE_BUDGET give tl.auto_schedule its default tuning log and seconds per
 operator (`tensorlang tune`'s own settings, `tuning`, come first). TL_CACHE_DIR is where
-the graph executor keeps its tuning log when TL_TUNE_LOG is unset (default
-~/.cache/tensorlang; the test suite points it at a temporary folder).
+the graph executor keeps its tuning log when TL_TUNE_LOG is unset and its compiled kernels
+(`kernels/`; default $XDG_CACHE_HOME/tensorlang, else ~/.cache/tensorlang; the test suite
+points it at a temporary folder). TL_KERNEL_CACHE=0 turns the kernel cache off;
+TL_KERNEL_CACHE_MB caps its size (`kernel_cache_bytes`). TL_COMPILE_JOBS is how many
+processes compile a graph's kernels at once (`compile_jobs`; 1: in this process).
 TL_STREAM_STORES=0 stops the LLVM backend from storing large outputs non-temporally
 (`backends/llvm/stream.py`; default on, x86 only).
 TL_STRICT=1 turns a refused default schedule (the graph executor's, which then runs the
@@ -168,10 +171,70 @@ def tune_log(default: str | None = None) -> str | None:
 
 
 def cache_dir() -> str:
-    """The folder of the executor's default tuning log: TL_CACHE_DIR, else
-    ~/.cache/tensorlang."""
-    return os.environ.get("TL_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                          "tensorlang")
+    """The folder of the executor's default tuning log and its kernel cache: TL_CACHE_DIR,
+    else $XDG_CACHE_HOME/tensorlang, else ~/.cache/tensorlang."""
+    got = os.environ.get("TL_CACHE_DIR")
+    if got:
+        return got
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "tensorlang")
+
+
+def kernel_cache_dir() -> str | None:
+    """The folder of the graph executor's kernel cache on disk (`cache_dir()/kernels`), or
+    None when TL_KERNEL_CACHE=0 turns it off (default on)."""
+    if not flag("TL_KERNEL_CACHE", True):
+        return None
+    return os.path.join(cache_dir(), "kernels")
+
+
+KERNEL_CACHE_MB_DEFAULT = 1024
+
+
+def kernel_cache_bytes() -> int:
+    """The cap on the kernel cache's size: TL_KERNEL_CACHE_MB in MiB (default
+    KERNEL_CACHE_MB_DEFAULT); past it the least recently used entries are removed."""
+    v = os.environ.get("TL_KERNEL_CACHE_MB", "").strip()
+    if not v:
+        return KERNEL_CACHE_MB_DEFAULT << 20
+    try:
+        mb = float(v)
+    except ValueError:
+        mb = -1.0
+    if not 0 < mb < float("inf"):
+        raise TensorlangError(f"TL_KERNEL_CACHE_MB must be a positive number of MiB, got "
+                              f"{v!r}")
+    return int(mb * (1 << 20))
+
+
+def compile_jobs() -> int:
+    """Processes that compile a graph's kernels at once: TL_COMPILE_JOBS, default the
+    number of cores (1: every kernel in this process)."""
+    v = os.environ.get("TL_COMPILE_JOBS", "").strip()
+    if not v:
+        return os.cpu_count() or 1
+    try:
+        n = int(v)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise TensorlangError(f"TL_COMPILE_JOBS must be an integer >= 1, got {v!r}")
+    return n
+
+
+def settings_fingerprint() -> tuple:
+    """The TL_* variables that may change what a kernel compiles to, with their values:
+    every one but those that only say where things go or what is printed (a key of the
+    kernel cache takes them all, so that a new switch is never forgotten in it)."""
+    return tuple(sorted((k, v) for k, v in os.environ.items()
+                        if k.startswith("TL_") and k not in _NOT_CODE)) + \
+        (("fastmath", fastmath()), ("tuning", tuple(sorted(_TUNING.items()))))
+
+
+# variables that never change a kernel's code: debug output, where caches live, the cache
+# switches, how many processes compile, and run-time settings of the thread pool and arrays
+_NOT_CODE = frozenset({"TL_DEBUG", "TL_CACHE_DIR", "TL_KERNEL_CACHE", "TL_KERNEL_CACHE_MB",
+                       "TL_COMPILE_JOBS", "TL_ARRAY_CACHE_MB", "TL_SPIN_US"})
 
 
 def tune_budget(default: float) -> float:

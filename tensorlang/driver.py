@@ -45,8 +45,16 @@ class Module:
         self._scalars = scalars
         self._written = {i for i, a in enumerate(lowered.args)
                          if isinstance(a, Tensor) and not isinstance(a.op, PlaceholderOp)}
+        self._params = lowered.params
+        self._checks = lowered.checks
+        self._violations = lowered.violations
         self._seen_sizes: set[tuple] = set()
         self._last = None
+
+    @property
+    def params(self) -> list:
+        """The size parameters the kernel takes after its pointers (int64 each)."""
+        return self._params
 
     def __call__(self, *arrays) -> None:
         if self.kernel is None:
@@ -93,8 +101,8 @@ class Module:
         if status == Status.NO_MEMORY:
             return MemoryError(f"{self.name}: a temporary buffer could not be allocated")
         if status == Status.INDEX and record is not None and \
-                0 < record[0] <= len(self.lowered.checks):
-            site = self.lowered.checks[record[0] - 1]
+                0 < record[0] <= len(self._checks):
+            site = self._checks[record[0] - 1]
             value, extent = record[1], record[2]
             point = tuple(record[3:3 + len(site.axes)])
             return IndexBoundsError(site.message(value, extent, point),
@@ -127,10 +135,10 @@ class Module:
     def _check_preconditions(self, values: tuple) -> None:
         if values in self._seen_sizes:
             return
-        names = [p.name for p in self.lowered.params]
+        names = [p.name for p in self._params]
         fix = " and ".join(f"{n} = {v}" for n, v in zip(names, values)) or "1 = 1"
         point = isl.Set(f"[{', '.join(names)}] -> {{ : {fix} }}")
-        for v in self.lowered.violations:
+        for v in self._violations:
             if not v.where.intersect_params(point).is_empty():
                 raise BoundsError(v.message(point), v.witness(point))
         if len(self._seen_sizes) < 1024:
@@ -141,9 +149,9 @@ class Module:
         return self._checked(arrays)[1]
 
     def _checked(self, arrays) -> tuple[list[int], list[int]]:
-        ptrs, values, _ = self._bind(self._buffers, self._scalars, self.lowered.params,
+        ptrs, values, _ = self._bind(self._buffers, self._scalars, self._params,
                                      self._written, arrays)
-        if self.lowered.violations:
+        if self._violations:
             self._check_preconditions(tuple(values))
         return ptrs, values
 
@@ -303,6 +311,107 @@ class CudaModule(Module):
 
     def __repr__(self) -> str:
         return f"CudaModule({self.name}, target={self.target})"
+
+
+class CachedModule(Module):
+    """A host kernel loaded from machine code compiled earlier, by this process or another
+    (the graph executor's kernel cache, `graph/kernel_cache.py`): called, checked and bound
+    as the `Module` it was saved from. It has no loop nest of its own: `lowered`, `code`,
+    `save` and `get_source` compile it again (`rebuild`, once) and answer from that."""
+
+    def __init__(self, entry: dict, kernel, target, rebuild):
+        from .backends.runtime import bind_arguments
+        from .polyhedral.bounds import BoundsViolation
+        from .polyhedral.checks import CheckSite
+        from .shared_lib import decode_signature
+
+        self._bind = bind_arguments
+        self.kernel = kernel
+        self._code = None
+        self.target = target
+        self.name = entry["signature"]["name"]
+        self._buffers, self._scalars, self._params, self._written = \
+            decode_signature(entry["signature"])
+        self._checks = [CheckSite(c["stage"], c["tensor"], c["access"], c["dim"],
+                                  tuple(c["axes"])) for c in entry["checks"]]
+        self._violations = [BoundsViolation(v["stmt"], v["text"], isl.Set(v["where"]))
+                            for v in entry["violations"]]
+        self._seen_sizes = set()
+        self._last = None
+        self._rebuild = rebuild
+        self._full: Module | None = None
+
+    def _built(self) -> Module:
+        if self._full is None:
+            self._full = self._rebuild()
+        return self._full
+
+    @property
+    def lowered(self) -> LoweredFunc:
+        """The loop nest (compiled again from the kernel's schedule: see the class)."""
+        return self._built().lowered
+
+    @property
+    def code(self):
+        return self._built().code
+
+    def save(self, path, fmt: str | None = None) -> None:
+        self._built().save(path, fmt)
+
+    def export_library(self, path) -> None:
+        self._built().export_library(path)
+
+    def get_source(self, fmt: str = "ll") -> str:
+        return self._built().get_source(fmt)
+
+
+def module_entry(module: Module) -> dict:
+    """What `CachedModule` needs of a built host module besides its machine code, as JSON
+    data: the signature, the run-time index checks and the size preconditions."""
+    from .shared_lib import signature
+
+    return {"signature": signature(module),
+            "checks": [{"stage": c.stage, "tensor": c.tensor, "access": c.access,
+                        "dim": c.dim, "axes": list(c.axes)} for c in module._checks],
+            "violations": [{"stmt": v.stmt, "text": v.text, "where": str(v.where)}
+                           for v in module._violations]}
+
+
+@deep
+def build_host_object(s: Schedule, args, name: str = "main", checks: bool = True):
+    """`build` for the host without loading the kernel: (the module, its kernel not loaded;
+    its machine code as a `backends.llvm.KernelObject`). `with_kernel` loads the code
+    here; another process of this machine loads it with `load_host_object` (and the
+    module's `module_entry`)."""
+    from .backends.llvm import compile_host_object
+
+    _check_name(name)
+    tgt = Target.parse("llvm")
+    with timed("build"):
+        lowered = lower(s, args, name, checks=checks)
+        code = compile_host_object(name, lowered.buffers, lowered.params, lowered.body, tgt)
+    return Module(lowered, None, tgt), code
+
+
+def with_kernel(module: Module, code) -> Module:
+    """`module` (of `build_host_object`) with its machine code `code` loaded: callable."""
+    from .backends.llvm import load_kernel
+
+    kernel = load_kernel(code, len(module.lowered.buffers), len(module.lowered.params),
+                         module.target)
+    return Module(module.lowered, kernel, module.target)
+
+
+def load_host_object(entry: dict, code, rebuild) -> CachedModule:
+    """The module of `build_host_object`'s results, loaded into this process; `rebuild()`
+    makes the full `Module` when its loop nest or sources are asked for."""
+    from .backends.llvm import load_kernel
+
+    tgt = Target.parse("llvm")
+    sig = entry["signature"]
+    n_buffers = sum("tensor" in a for a in sig["args"])
+    kernel = load_kernel(code, n_buffers, len(sig["params"]), tgt)
+    return CachedModule(entry, kernel, tgt, rebuild)
 
 
 _C_RESERVED = {

@@ -92,6 +92,22 @@ def export(module, path: str) -> None:
                                   f"{r.stderr.strip()}")
 
 
+def decode_signature(sig: dict) -> tuple[list, list, list, set]:
+    """`signature`'s data back as (buffers, scalars, params, written): per argument a Buffer
+    or None and a Var or None, the size parameters, the indices of the written arguments —
+    what `bind_arguments` takes."""
+    from .ir.dtype import DType
+    from .ir.expr import Var
+    from .ir.stmt import Buffer
+
+    buffers = [None if "scalar" in a else Buffer(
+        a["tensor"], tuple(_decode(d) for d in a["shape"]), DType(a["dtype"]))
+        for a in sig["args"]]
+    scalars = [Var(a["scalar"], DType(a["dtype"])) if "scalar" in a else None
+               for a in sig["args"]]
+    return buffers, scalars, [_decode(p) for p in sig["params"]], set(sig["written"])
+
+
 class LoadedModule:
     """A kernel loaded from a shared library (`load_module`): called with numpy arrays
     (and ints for scalar arguments) in the order it was built with."""
@@ -111,17 +127,7 @@ class LoadedModule:
         self.signature = sig
         self.name = sig["name"]
         self.entry_name = self.name
-        from .ir.dtype import DType
-        from .ir.expr import Var
-        from .ir.stmt import Buffer
-
-        self._buffers = [None if "scalar" in a else Buffer(
-            a["tensor"], tuple(_decode(d) for d in a["shape"]), DType(a["dtype"]))
-            for a in sig["args"]]
-        self._scalars = [Var(a["scalar"], DType(a["dtype"])) if "scalar" in a else None
-                         for a in sig["args"]]
-        self._params = [_decode(p) for p in sig["params"]]
-        self._written = set(sig["written"])
+        self._buffers, self._scalars, self._params, self._written = decode_signature(sig)
         fn = getattr(self.lib, self.name)
         fn.restype = ctypes.c_int32
         fn.argtypes = [ctypes.c_void_p] * sum(b is not None for b in self._buffers) + \

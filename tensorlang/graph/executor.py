@@ -3,7 +3,8 @@
 For each signature of fed shapes and dtypes, `Executor` makes a plan once: concrete shapes of
 every node, nodes fused into groups (elementwise chains, and a matmul with its elementwise
 epilogue), one compiled kernel per group (shared between groups and executors with the same
-structure, attributes, shapes and dtypes), and buffers assigned so that an intermediate's
+structure, attributes, shapes and dtypes, and between processes through the kernel cache on
+disk: `kernel_cache.py`), and buffers assigned so that an intermediate's
 memory is reused once its last user has run. A run then only calls kernels, on the fed
 arrays in place and on fresh output arrays, which come from the array cache
 (`backends/array_cache.py`: the memory of outputs the caller has let go of, pages already
@@ -25,11 +26,13 @@ import tensorlang as tl
 
 from ..errors import ScheduleError
 from ..config import cache_dir, debug_print, strict, tune_budget, tune_log
-from ..autoschedule.records import recorded
+from ..autoschedule.records import program_key, recorded
 from .cpu_schedules import conv_block, default_schedule, register_tile  # noqa: F401 (API)
 from ..backends import array_cache
 from ..backends.abi import Status
 from ..backends.runtime import aligned_empty
+from ..driver import with_kernel
+from . import kernel_cache as KC
 from .model_ops import conv_grouped_te
 from .nnops import conv2d_blocked_te
 from .fusion import ANCHORS, fuse, inline_members, reads_tensor
@@ -132,7 +135,7 @@ def compile_op(op: str, attrs: tuple, shapes: tuple, dtypes: tuple,
 def compile_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "llvm",
                   schedules: str = "default"):
     """The kernel of a fused group for concrete input shapes and dtypes, and the inputs it
-    reads (cached).
+    reads (cached: `compile_groups`).
 
     `members` lists (op, attrs, operands) in topological order, the last being the group's
     output; an operand is ("in", k) for the group's input k or ("node", j) for member j.
@@ -140,28 +143,163 @@ def compile_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "l
     heads the group with the rest as its epilogue, and a group whose reductions or per-row
     values stay stages is scheduled row by row (kind "rows", `cpu_schedules`).
     """
-    key = (members, shapes, dtypes, target, schedules)
+    return compile_groups([(members, shapes, dtypes)], target, schedules)[0]
+
+
+def compile_groups(groups: list, target: str = "llvm", schedules: str = "default") -> list:
+    """`compile_group` of each (members, shapes, dtypes) in `groups`: (module, inputs read)
+    each. A group already compiled in this process is shared; a host kernel compiled
+    before, by this process or another, comes from the kernel cache on disk; the rest are
+    compiled, by several processes at once when there are several (`graph/kernel_cache.py`,
+    TL_COMPILE_JOBS), with a progress bar on a terminal."""
+    keys = [(m, sh, dt, target, schedules) for m, sh, dt in groups]
+    out: list = [None] * len(keys)
+    todo: dict[tuple, list[int]] = {}
     with _KERNELS_LOCK:
-        hit = _KERNELS.get(key)
-        if hit is not None:
-            _KERNELS.move_to_end(key)
-            return hit
+        for k, key in enumerate(keys):
+            hit = _KERNELS.get(key)
+            if hit is not None:
+                _KERNELS.move_to_end(key)
+                out[k] = hit
+            else:
+                todo.setdefault(key, []).append(k)
+    if not todo:
+        return out
+    made = _compile_missing(list(todo), target, schedules)
+    with _KERNELS_LOCK:
+        for key, got in made.items():
+            _KERNELS[key] = got
+            for k in todo[key]:
+                out[k] = got
+        while len(_KERNELS) > KERNEL_CACHE_SIZE:
+            _KERNELS.popitem(last=False)
+    return out
+
+
+def _build_here(members: tuple, shapes: tuple, dtypes: tuple, target: str, schedules: str):
+    """One group compiled and loaded in this process, no disk cache: (module, inputs read)."""
     s, ins, out = schedule_group(members, shapes, dtypes, target, schedules)
     read = {id(t.op) for t in s.placeholders}
     used = tuple(k for k, t in enumerate(ins) if id(t.op) in read)  # "like" inputs: shape only
     name = "graph_" + "_".join(dict.fromkeys(m[0] for m in members))[:48]
-    mod = tl.build(s, [*(ins[k] for k in used), out], name=name, target=target)
-    with _KERNELS_LOCK:
-        _KERNELS[key] = (mod, used)
-        while len(_KERNELS) > KERNEL_CACHE_SIZE:
-            _KERNELS.popitem(last=False)
+    return tl.build(s, [*(ins[k] for k in used), out], name=name, target=target), used
+
+
+def _compile_missing(keys: list, target: str, schedules: str) -> dict:
+    """The kernels of the groups `keys` (of `compile_groups`) that this process does not
+    have: from the disk cache, else compiled (see `graph/kernel_cache.py`)."""
+    if not KC.host_cacheable(target):
+        update, close = KC.progress_bar(len(keys) if len(keys) >= KC.PARALLEL_MIN else 0)
+        try:
+            made = {}
+            for key in keys:
+                made[key] = _build_here(*key)
+                update()
+            return made
+        finally:
+            close()
+    store = KC.store()
+    made, pending = {}, []
+    for key in keys:
+        members, shapes, dtypes = key[:3]
+        mode = resolved_mode(members, shapes, schedules)
+        digest = KC.group_digest(members, shapes, dtypes, mode) if store is not None else None
+        if store is not None and digest is None:
+            debug_print(1, f"kernel cache: the group {members!r} does not print as plain "
+                           "data; not cached")
+        got = store.get(digest) if digest is not None else None
+        if got is not None:
+            mod = _from_entry(key, mode, *got)
+            if mod is not None:
+                made[key] = mod
+                continue
+        pending.append((key, digest, mode))
+    if not pending:
+        return made
+    update, close = KC.progress_bar(len(pending) if len(pending) >= KC.PARALLEL_MIN else 0)
+    try:
+        forked = [None] * len(pending)
+        if KC.can_fork(len(pending)) and all(m != "auto" for _, _, m in pending):
+            forked = KC.compile_forked([(*key[:3], schedules, schedule_group_for_cache)
+                                        for key, _, _ in pending], update)
+        for (key, digest, _), got in zip(pending, forked):
+            if got is not None and got[0] == "ok":
+                meta, obj = got[1], got[2]
+                mod = KC.load_entry(meta, obj, _rebuilder(key))
+                KC.COUNTS["workers"] += 1
+            else:
+                if got is not None:
+                    debug_print(1, f"kernel cache: a worker failed on {key[0][-1][0]} "
+                                   f"({got[1]}); compiling it here")
+                entry, code, module = KC.compile_host(*key[:3], schedules,
+                                                      schedule_group_for_cache)
+                meta, obj = KC.entry_payload(entry, code)
+                mod = with_kernel(module, code)
+                if got is None:
+                    update()
+            KC.COUNTS["compiled"] += 1
+            if store is not None and digest is not None:
+                store.put(digest, meta, obj)
+            made[key] = (mod, tuple(meta["used"]))
+    finally:
+        close()
+    return made
+
+
+def _rebuilder(key: tuple):
+    """A cached module's full form when it is asked for: the group compiled here."""
+    return lambda: _build_here(*key)[0]
+
+
+def _from_entry(key: tuple, mode: str, meta: dict, obj: bytes):
+    """The (module, inputs read) of a disk entry, or None when it no longer holds: its
+    schedule came from tuning-log records that have changed since, or it does not load
+    (said at TL_DEBUG=1; the caller compiles the group)."""
+    log = _auto_log() if mode in ("auto", "model") else None
+    try:
+        if meta.get("log") != log or \
+                meta.get("records") != KC.records_digest(log, meta.get("program_key"),
+                                                         mode == "model"):
+            debug_print(1, f"kernel cache: the tuning log's records of {key[0][-1][0]} "
+                           "changed since its entry was made; compiling it again")
+            return None
+        mod = KC.load_entry(meta, obj, _rebuilder(key))
+        used = tuple(meta["used"])
+    except (tl.TensorlangError, KeyError, TypeError, ValueError) as e:
+        debug_print(1, f"kernel cache: an entry of {key[0][-1][0]} does not load "
+                       f"({type(e).__name__}: {e}); compiling it again")
+        return None
+    KC.COUNTS["disk"] += 1
     return mod, used
+
+
+def resolved_mode(members: tuple, shapes: tuple, schedules: str) -> str:
+    """Which schedule a CPU group gets (`schedule_group`'s `schedules` resolved): "auto",
+    "model" or "hand"."""
+    if schedules == "default":
+        schedules = "auto" if tune_log() is not None else "model"
+    if schedules == "model":
+        tshapes: list = []
+        for op, attrs, operands in members:
+            arg_shapes = [shapes[k] if src == "in" else tshapes[k] for src, k in operands]
+            tshapes.append(tuple(OPS[op].shape(*arg_shapes, **dict(attrs))))
+        if _work(tshapes[-1], shapes) < MODEL_MIN_WORK:
+            return "hand"
+    return schedules
 
 
 def schedule_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "llvm",
                    schedules: str = "default"):
     """The schedule of a fused group (see `compile_group`), before building: (schedule,
-    input placeholders, output tensor).
+    input placeholders, output tensor); `schedule_group_for_cache` says more."""
+    return schedule_group_for_cache(members, shapes, dtypes, target, schedules)[:3]
+
+
+def schedule_group_for_cache(members: tuple, shapes: tuple, dtypes: tuple,
+                             target: str = "llvm", schedules: str = "default"):
+    """The schedule of a fused group (see `compile_group`), before building: (schedule,
+    input placeholders, output tensor, the tuning log read, the program's key there (None
+    without a log), the resolved mode: what the kernel cache keys an entry with).
 
     `schedules` (CPU targets; a GPU target takes the library schedules of
     `schedule/gpu.py`):
@@ -222,18 +360,18 @@ def schedule_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "
         anchor = None       # the output reads only the matmul's shape (an `unreduce`)
     kind = anchor_kind if anchor is not None else "rows" if kept else kinds[-1]
     if backend_kind(target) in GPU_KINDS:
-        return gpu_schedule(out, kind, fresh, anchor), ins, out
+        return gpu_schedule(out, kind, fresh, anchor), ins, out, None, None, "gpu"
     work = _work(tshapes[-1], shapes)
-    if schedules == "default":
-        schedules = "auto" if tune_log() is not None else "model"
-    if schedules == "model" and work < MODEL_MIN_WORK:
+    mode = resolved_mode(members, shapes, schedules)
+    if schedules in ("default", "model") and mode == "hand":
         debug_print(1, f"executor: {out.name} ({work} multiply-adds) keeps the hand schedule: "
                        f"below MODEL_MIN_WORK ({MODEL_MIN_WORK}), no search")
-        schedules = "hand"
+    schedules = mode
     log = _auto_log() if schedules in ("auto", "model") else None
-    s = recorded(out, target, log, model=schedules == "model")
+    pkey = program_key(out, target) if log is not None else None
+    s = recorded(out, target, log, model=schedules == "model", key=pkey)
     if s is not None:           # a record: the hand schedule (its seed) is not needed
-        return s, ins, out
+        return s, ins, out, log, pkey, mode
     hand = default_schedule(out, kind, work, fresh, anchor)
     if schedules == "auto":     # the hand schedule seeds the search: never slower than it
         s = tl.auto_schedule(out, target=target, budget_s=tune_budget(10.0), log=log,
@@ -250,7 +388,7 @@ def schedule_group(members: tuple, shapes: tuple, dtypes: tuple, target: str = "
             s = hand
     else:
         s = hand
-    return s, ins, out
+    return s, ins, out, log, pkey, mode
 
 
 SCHEDULES = ("default", "model", "auto", "hand")
@@ -390,25 +528,32 @@ class _Plan:
                 self.slot_of[n.id] = self._new(shapes[n.id], dtypes[n.id])
                 if n.op == "constant":
                     self._set(self.slot_of[n.id], n.attr("value").array)
+        specs = []
         for g in groups:
+            ins = self._inputs(g)
+            specs.append((_members(g, ins), tuple(shapes[i.id] for i in ins),
+                          tuple(dtypes[i.id] for i in ins)))
+        try:        # every kernel at once: the missing ones compile side by side
+            compiled = compile_groups(specs, target, schedules)
+        except tl.TensorlangError:
+            compiled = [None] * len(groups)     # one by one below, to name the failing node
+        for g, spec, got in zip(groups, specs, compiled):
             n = g[-1]
             key = (shapes[n.id], dtypes[n.id])
             pool = free.get(key)
             slot = pool.pop() if pool else self._new(*key)
             self.slot_of[n.id] = slot
             ins = self._inputs(g)
-            members = _members(g, ins)
             try:
-                kernel, used = compile_group(members, tuple(shapes[i.id] for i in ins),
-                                             tuple(dtypes[i.id] for i in ins), target,
-                                             schedules)
+                kernel, used = got if got is not None else compile_group(*spec, target,
+                                                                         schedules)
             except tl.TensorlangError as e:
                 raise GraphError(f"node {n.name} ({n.op}): cannot compile: {e}") from e
             step = _Step(g, kernel, [self.slot_of[ins[k].id] for k in used], slot)
             arrays = [self.arrays[i] for i in step.inputs] + [self.arrays[slot]]
             if target == "llvm":
                 kernel.check_arguments(arrays)  # once: the plan's arrays never change
-            if target == "llvm" and not kernel.lowered.params:   # constant sizes
+            if target == "llvm" and not kernel.params:   # constant sizes
                 step.pointers = [a.ctypes.data for a in arrays]
             self.steps.append(step)
             for i in ins:        # (one read for its shape only may be inside another kernel)

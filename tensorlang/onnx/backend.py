@@ -79,7 +79,7 @@ class BackendRep(_base()[1]):
             # in their own types (graphs hold no empty tensors)
             known = {n: given[n] for n, a in arrays.items() if a.size == 0}
             try:
-                m = import_model(self.proto, shapes, known)
+                m = import_model(self.proto, shapes, known, checked=True)
             except ValueNeededError:
                 # an input decides shapes (a Reshape's shape fed at run time): small integer
                 # inputs become constants, and the model is imported per their values
@@ -88,7 +88,7 @@ class BackendRep(_base()[1]):
                          or a.size <= 1}
                 if not known:
                     raise
-                m = import_model(self.proto, shapes, known)
+                m = import_model(self.proto, shapes, known, checked=True)
                 self._by_value[key] = tuple(known)
                 key = key + tuple((n, v.tobytes()) for n, v in known.items())
             for v, n in zip(m.inputs, m.input_names):

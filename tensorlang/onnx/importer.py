@@ -113,14 +113,15 @@ def _input_shape(vi, shapes: dict, name: str):
     return tuple(out)
 
 
-def import_model(model, shapes=None, known=None) -> ModelImport:
+def import_model(model, shapes=None, known=None, checked: bool = False) -> ModelImport:
     """The model's graph as tensorlang graph nodes (see the module's docstring). `shapes`
     maps input names or symbolic dimension names to sizes; `known` maps input names to
     their values, taken as constants (inputs that decide shapes: a Reshape's shape or a
-    reduction's axes fed at run time)."""
+    reduction's axes fed at run time). `checked`: `model` is a ModelProto that
+    `load_model` returned (checked already: the checker serialises the whole model)."""
     import onnx
 
-    proto = load_model(model)
+    proto = model if checked and isinstance(model, onnx.ModelProto) else load_model(model)
     shapes = dict(shapes or {})
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
     g = proto.graph

@@ -55,7 +55,8 @@ def run_file(path: str, inputs: dict[str, np.ndarray] | None = None, profile: bo
         f"{n} {a.dtype}{list(a.shape)}" + ("" if n in inputs else " (random)")
         for n, a in arrays.items())]
     t0 = time.perf_counter()
-    m = import_model(proto, {n: a.shape for n, a in arrays.items()})
+    m = import_model(proto, {n: a.shape for n, a in arrays.items()},
+                     checked=True)
     ex = Executor(m.outputs)
     feed = {v: np.asarray(arrays[n]).astype(v.dtype) for v, n in zip(m.inputs, m.input_names)}
     results = m.cast_outputs(ex.run(feed))

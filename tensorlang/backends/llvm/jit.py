@@ -21,7 +21,7 @@ from ..abi import ERROR_RECORD_LEN, record_entry_name
 from ..extern import python_symbol
 from .codegen import emit_function
 from .pool import RUNTIME_SYMBOLS, ensure_pool
-from .symbols import check_symbols
+from .symbols import check_symbols, undefined_symbols
 from .target import new_target_machine, target_machine
 
 # compiled kernels kept by the structural cache: each holds an execution engine (~0.7 MiB)
@@ -36,7 +36,7 @@ class Kernel:
     name: str
     cfunc: object
     llvm_ir: str
-    module: llvm.ModuleRef
+    module: llvm.ModuleRef | None    # None: loaded from machine code (`load_kernel`)
     engine: llvm.ExecutionEngine
     target: Target
 
@@ -183,44 +183,100 @@ def optimise(mod: llvm.ModuleRef, tm: llvm.TargetMachine) -> None:
     pb.getModulePassManager().run(mod, pb)
 
 
-def compile_kernel(name: str, buffers: list[Buffer], params: list[Var], body: Stmt,
-                   target: Target) -> Kernel:
-    """LLVM IR for the loop nest, optimised at O3 for `target` and JIT-compiled."""
-    if not target.is_host:
-        raise TensorlangError(f"internal: cannot run code for {target} in this process")
+def _check_arity(name: str, buffers: list[Buffer], params: list[Var]) -> None:
     if len(buffers) + len(params) > MAX_CALL_ARGS:
         raise TensorlangError(
             f"build: kernel {name} takes {len(buffers)} tensors and {len(params)} sizes; a "
             f"kernel called from Python takes at most {MAX_CALL_ARGS} arguments (ctypes); "
             "split the computation, or build it for an object file (save) and call it from C")
-    symbols = extern_symbols(body, name)
-    threads = ensure_pool(new_target_machine(target)) if has_parallel_loop(body) else 1
+
+
+@dataclass
+class KernelObject:
+    """A kernel compiled for the host but not loaded: its machine code (an object file, which
+    another process of this machine may load: `load_kernel`), whether it has the entry that
+    takes an error record, whether it calls the thread pool, and the symbols it uses but
+    does not define (read from `obj` once, when it was compiled: `check_symbols`)."""
+
+    name: str
+    obj: bytes
+    recorded: bool
+    parallel: bool
+    undefined: tuple[str, ...]
+    llvm_ir: str = ""
+    externs: frozenset[str] = frozenset()    # C symbols of its extern stages (`extern_symbols`)
+    module: llvm.ModuleRef | None = None
+
+
+def compile_host_object(name: str, buffers: list[Buffer], params: list[Var], body: Stmt,
+                        target: Target) -> KernelObject:
+    """LLVM IR for the loop nest, optimised at O3 for `target` (the host) and compiled to
+    machine code, for `load_kernel`."""
+    text, parallel, externs = _module_text(name, buffers, params, body, target)
+    return _object(name, text, parallel, target, externs)
+
+
+def _module_text(name: str, buffers: list[Buffer], params: list[Var], body: Stmt,
+                 target: Target) -> tuple[str, bool, frozenset[str]]:
+    """The kernel's unoptimised LLVM IR, whether it has a parallel loop, and the C symbols
+    its extern stages call (their libraries loaded: `extern_symbols`)."""
+    if not target.is_host:
+        raise TensorlangError(f"internal: cannot run code for {target} in this process")
+    _check_arity(name, buffers, params)
+    externs = extern_symbols(body, name)
+    parallel = has_parallel_loop(body)
+    threads = ensure_pool(new_target_machine(target)) if parallel else 1
     with timed("llvm codegen"):
-        text = str(make_module(name, buffers, params, body, target, threads))
+        return str(make_module(name, buffers, params, body, target, threads)), parallel, \
+            externs
+
+
+def _object(name: str, text: str, parallel: bool, target: Target,
+            externs: frozenset[str] = frozenset()) -> KernelObject:
+    """`text` optimised and compiled to machine code."""
+    mod = parse_and_optimise(text, target_machine(target))
+    debug_print(3, "LLVM IR", str(mod))
+    with timed("llvm emit"):
+        # machine code first, so that every function it calls is known before it is loaded
+        obj = target_machine(target).emit_object(mod)
+    recorded = record_entry_name(name) in {f.name for f in mod.functions}
+    return KernelObject(name, obj, recorded, parallel, tuple(sorted(undefined_symbols(obj))),
+                        str(mod), mod, externs)
+
+
+def load_kernel(code: KernelObject, n_buffers: int, n_params: int, target: Target) -> Kernel:
+    """Load `code` (compiled on this machine, by this process or another) into the JIT: the
+    callable kernel. Every symbol it calls is checked first (`check_symbols`)."""
+    if code.parallel:
+        ensure_pool(new_target_machine(target))     # the launcher the code calls
+    name = code.name
+    with timed("llvm jit"):
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine(target))
+        check_symbols(code.obj, target, name, provided=RUNTIME_SYMBOLS | code.externs,
+                      resolve=_resolvable, undefined=code.undefined)
+        engine.add_object_file(llvm.ObjectFileRef.from_data(code.obj))
+        engine.finalize_object()
+        addr = engine.get_function_address(name)
+        raddr = engine.get_function_address(record_entry_name(name)) if code.recorded else 0
+    if not addr or code.recorded and not raddr:
+        raise TensorlangError(f"internal: the JIT did not load kernel {name}")
+    argtypes = [ctypes.c_void_p] * n_buffers + [ctypes.c_int64] * n_params
+    cfunc = ctypes.CFUNCTYPE(ctypes.c_int32, *argtypes)(addr)
+    rfunc = ctypes.CFUNCTYPE(ctypes.c_int32, *argtypes, ctypes.c_void_p)(raddr) \
+        if code.recorded else None
+    return Kernel(name, cfunc, code.llvm_ir, code.module, engine, target, rfunc)
+
+
+def compile_kernel(name: str, buffers: list[Buffer], params: list[Var], body: Stmt,
+                   target: Target) -> Kernel:
+    """LLVM IR for the loop nest, optimised at O3 for `target` and JIT-compiled."""
+    text, parallel, externs = _module_text(name, buffers, params, body, target)
     key = (hashlib.sha256(text.encode()).digest(), target)   # (not the text: 100s of KiB)
     cached = CACHE.get(key)
     if cached is not None:
         debug_print(1, "llvm: cache hit")
         return cached
-    mod = parse_and_optimise(text, target_machine(target))
-    debug_print(3, "LLVM IR", str(mod))
-    with timed("llvm jit"):
-        # machine code first, so that every function it calls is known before it is loaded
-        obj = target_machine(target).emit_object(mod)
-        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine(target))
-        check_symbols(obj, target, name, provided=RUNTIME_SYMBOLS | symbols,
-                      resolve=_resolvable)
-        engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
-        engine.finalize_object()
-        addr = engine.get_function_address(name)
-        recorded = record_entry_name(name) in {f.name for f in mod.functions}
-        raddr = engine.get_function_address(record_entry_name(name)) if recorded else 0
-    if not addr or recorded and not raddr:
-        raise TensorlangError(f"internal: the JIT did not load kernel {name}")
-    argtypes = [ctypes.c_void_p] * len(buffers) + [ctypes.c_int64] * len(params)
-    cfunc = ctypes.CFUNCTYPE(ctypes.c_int32, *argtypes)(addr)
-    rfunc = ctypes.CFUNCTYPE(ctypes.c_int32, *argtypes, ctypes.c_void_p)(raddr) \
-        if recorded else None
-    kernel = Kernel(name, cfunc, str(mod), mod, engine, target, rfunc)
+    kernel = load_kernel(_object(name, text, parallel, target, externs), len(buffers),
+                         len(params), target)
     CACHE.put(key, kernel)
     return kernel

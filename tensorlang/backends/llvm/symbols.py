@@ -107,10 +107,11 @@ def _wasm_imports(obj: bytes) -> set[str]:
 
 
 def check_symbols(obj: bytes, target: Target, kernel: str, provided=frozenset(),
-                  resolve=None) -> None:
+                  resolve=None, undefined=None) -> None:
     """Raise a TensorlangError unless every undefined symbol of `obj` is allowed (C library,
-    libm, `provided`) and, with `resolve` (a name -> address function, for the JIT), found."""
-    for sym in sorted(undefined_symbols(obj)):
+    libm, `provided`) and, with `resolve` (a name -> address function, for the JIT), found.
+    `undefined`: those symbols, read from `obj` before (`undefined_symbols`)."""
+    for sym in sorted(undefined_symbols(obj) if undefined is None else undefined):
         if sym not in ALLOWED and sym not in provided:
             raise TensorlangError(
                 f"build: kernel {kernel} for target {target.name} ({target.triple}, cpu "
