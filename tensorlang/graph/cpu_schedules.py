@@ -16,6 +16,7 @@ from ..ir.stmt import LoopKind
 from ..schedule.recipes import (accumulate_channels, accumulate_in_registers, compute_at_rows,
                                 names, tile_columns, vector_sum, vector_tile,
                                 vectors_inside_reduction)
+from ..target import MAX_TILE_ROWS
 from ..te.reduce import MINMAX_COMBINERS
 
 
