@@ -46,6 +46,7 @@ from ..config import (compile_jobs, debug_print, kernel_cache_bytes, kernel_cach
                       settings_fingerprint)
 from ..driver import Module, build_host_object, load_host_object, module_entry
 from ..target import GPU_KINDS, Target, backend_kind
+from ..errors import TensorlangError
 
 # what an entry holds, and how its key is made: a change of either makes older entries
 # foreign (they are never found, and age out of the folder)
@@ -147,6 +148,10 @@ def host_cacheable(target: str) -> bool:
 
 
 def entry_payload(entry: dict, code: KernelObject) -> tuple[dict, bytes]:
+    if code.externs:        # a graph op's kernel calls no extern stage; another process
+        raise TensorlangError(  # would not have their libraries or Python callbacks
+            f"internal: kernel {code.name} calls extern symbols {sorted(code.externs)}; "
+            "it cannot go into the kernel cache")
     meta = dict(entry, recorded=code.recorded, parallel=code.parallel, name=code.name,
                 undefined=list(code.undefined))
     return meta, code.obj
