@@ -180,7 +180,8 @@ class Schedule:
                        any(t is tensor for t in st.op.inputs)]
         elif isinstance(readers, (Tensor, Stage, str)):
             readers = [readers]
-        for r in readers or ():
+        for r in readers if isinstance(readers, (list, tuple)) else ():
+            # (readers of another type are refused by the primitive itself)
             if isinstance(r, Stage):
                 st = r
             elif isinstance(r, Tensor):
