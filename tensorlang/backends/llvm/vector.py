@@ -27,6 +27,10 @@ from .types import I1, I32, I64, memory_type, type_suffix  # noqa: F401 (type_su
 
 
 
+# lane distances (elements) read as a few whole vectors and a shuffle instead of a gather
+STRIDED = (2, 4)
+
+
 def _terms(e: Expr) -> list[Expr]:
     if isinstance(e, Add):
         return _terms(e.a) + _terms(e.b)
@@ -165,10 +169,11 @@ class VectorContext:
 
     # ---------------------------------------------------------------------- addresses
     def _kind(self, indices, buf=None, extents=None) -> tuple[str, tuple[Expr, ...]]:
-        """'contiguous', 'uniform' or 'gather' for an access, with Let variables expanded.
-        Contiguous: consecutive lanes are consecutive elements of the row-major buffer
-        (the last index grows by 1, or an earlier one whose inner extents are all 1, as
-        in an rfactor buffer of shape [16, 1])."""
+        """'contiguous', 'uniform', 'strided' or 'gather' for an access, with Let variables
+        expanded. Contiguous: consecutive lanes are consecutive elements of the row-major
+        buffer (the last index grows by 1, or an earlier one whose inner extents are all
+        1, as in an rfactor buffer of shape [16, 1]). Strided: they lie a constant 2 or 4
+        elements apart (`STRIDED`; a stride-2 convolution's or pooling's input row)."""
         idx = tuple(self._expand(i) for i in indices)
         if self.starts_at_zero:
             idx = tuple(lane_divmod(i, self.var, self.lanes) for i in idx)
@@ -190,10 +195,21 @@ class VectorContext:
             else:
                 if flat == 1:
                     return "contiguous", idx
+                if flat in STRIDED:
+                    return "strided", idx
         if buf is not None and None in cs and _flat_moves_by_one(idx, extents or buf.shape,
                                                                  self.var):
             return "contiguous", idx
         return "gather", idx
+
+    def _flat_step(self, idx, buf, extents) -> int:
+        """The constant distance between neighbouring lanes' elements of a 'strided'
+        access (in the buffer's memory layout)."""
+        flat, stride = 0, 1
+        for i, ext in zip(reversed(idx), reversed(extents or buf.shape)):
+            flat += linear_coeff(i, self.var) * stride
+            stride = stride * int(ext.value) if isinstance(ext, Const) else 0
+        return flat
 
     def _scalar_address(self, cg, buf, idx) -> ir.Value:
         """The address of the first lane (or of every lane, for a uniform access)."""
@@ -243,11 +259,50 @@ class VectorContext:
         return cg.builder.call(f, [self.mask])
 
     # ---------------------------------------------------------------------- loads
+    def strided_load(self, cg, e: Load, idx, step: int) -> ir.Value:
+        """The lanes of an unmasked access `step` elements apart: the `step` vectors that
+        span them loaded whole (the last one masked to end at the last lane's element, so
+        nothing past it is read) and the lanes picked out by one shuffle — a few vector
+        loads and shuffles instead of a gather of every element. The elements between the
+        lanes lie between two that the loop reads, inside the buffer."""
+        b = cg.builder
+        mt = memory_type(e.buffer.dtype)
+        n = self.lanes
+        vt = ir.VectorType(mt, n)
+        first = self._scalar_address(cg, e.buffer, idx)
+        align = self._align(e.buffer)
+        chunks = []
+        for c in range(step):
+            # by elements: a vector type's stride in memory is rounded up to a power of 2
+            ptr = b.bitcast(b.gep(first, [ir.Constant(I64, c * n)], inbounds=True) if c
+                            else first, vt.as_pointer())
+            if c < step - 1:
+                chunks.append(cg.tag(b.load(ptr, align=align.constant), e.buffer))
+                continue
+            keep = n - (step - 1)           # the last lane's element ends the span
+            mask = ir.Constant(ir.VectorType(I1, n), [1] * keep + [0] * (step - 1))
+            f = cg._declare(f"llvm.masked.load.{type_suffix(vt)}.p0", vt,
+                            [vt.as_pointer(), I32, mask.type, vt])
+            chunks.append(cg.tag(b.call(f, [ptr, align, mask, ir.Constant(vt, None)]),
+                                 e.buffer))
+        while len(chunks) > 1:              # concatenated pairwise: 2 or 4 chunks
+            w = chunks[0].type.count
+            joined = ir.Constant(ir.VectorType(I32, 2 * w), list(range(2 * w)))
+            chunks = [b.shuffle_vector(chunks[k], chunks[k + 1], joined)
+                      for k in range(0, len(chunks), 2)]
+        picks = ir.Constant(ir.VectorType(I32, n), [k * step for k in range(n)])
+        return b.shuffle_vector(chunks[0], ir.Constant(chunks[0].type, None), picks)
+
     def load(self, cg, e: Load) -> ir.Value:
         b = cg.builder
         mt = memory_type(e.buffer.dtype)
         vt = ir.VectorType(mt, self.lanes)
         kind, idx = self._kind(e.indices, e.buffer, cg.extents(e.buffer))
+        step = self._flat_step(idx, e.buffer, cg.extents(e.buffer)) \
+            if kind == "strided" else 0
+        if kind == "strided" and self.mask is None and not e.dtype.is_bool and \
+                self.lanes >= step:     # (fewer lanes than the step: one chunk past the last)
+            return self.strided_load(cg, e, idx, step)
         if kind == "uniform":
             if self.mask is None:
                 v = cg.tag(b.load(self._scalar_address(cg, e.buffer, idx)), e.buffer)
