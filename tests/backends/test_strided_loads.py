@@ -62,3 +62,23 @@ def test_a_stride_two_read_ending_at_a_page_boundary_does_not_fault():
     b = np.zeros(n, np.float32)
     tl.build(s, [A, B])(a, b)
     np.testing.assert_array_equal(b, a[::2])
+
+
+@pytest.mark.parametrize("n", [1, 5, 16, 29, 40])
+def test_a_strided_read_under_a_lane_mask_reads_only_the_lanes_that_are_on(n, rng):
+    # a stride-2 convolution's padded row: lane 0 reads before the row, so it is off (the
+    # read masked), and the split's tail is masked too
+    A = tl.placeholder((2 * n,), "float32", name="A")
+    B = tl.compute((n,), lambda i: tl.if_then_else(i * 2 - 1 >= 0, A[i * 2 - 1], 0.0),
+                   name="B")
+    s = tl.create_schedule(B)
+    _, i = s[B].split(B.op.axis[0], factor=16)
+    s[B].vectorize(i)
+    a = rng.standard_normal(2 * n).astype("float32")
+    b = np.zeros(n, "float32")
+    tl.build(s, [A, B])(a, b)
+    want = np.concatenate([[0.0], a[1:2 * n - 2:2]]).astype("float32")[:n]
+    np.testing.assert_array_equal(b, want)
+    ops = re.findall(r"^\s+(v\w+)", tl.build(s, [A, B], target="llvm -mcpu=znver4")
+                     .get_source("asm"), re.M)
+    assert not [o for o in ops if "gather" in o]

@@ -260,11 +260,12 @@ class VectorContext:
 
     # ---------------------------------------------------------------------- loads
     def strided_load(self, cg, e: Load, idx, step: int) -> ir.Value:
-        """The lanes of an unmasked access `step` elements apart: the `step` vectors that
-        span them loaded whole (the last one masked to end at the last lane's element, so
-        nothing past it is read) and the lanes picked out by one shuffle — a few vector
-        loads and shuffles instead of a gather of every element. The elements between the
-        lanes lie between two that the loop reads, inside the buffer."""
+        """The lanes of an access `step` elements apart: the `step` vectors that span them
+        loaded whole (the last one masked to end at the last lane's element, so nothing
+        past it is read) and the lanes picked out by one shuffle — a few vector loads and
+        shuffles instead of a gather of every element. The elements between the lanes lie
+        between two that the loop reads, inside the buffer. Under a mask (a border, a
+        tail) every chunk is a masked load of the elements of the lanes that are on."""
         b = cg.builder
         mt = memory_type(e.buffer.dtype)
         n = self.lanes
@@ -272,15 +273,23 @@ class VectorContext:
         first = self._scalar_address(cg, e.buffer, idx)
         align = self._align(e.buffer)
         chunks = []
+        off = ir.Constant(ir.VectorType(I1, n), [0] * n)
         for c in range(step):
             # by elements: a vector type's stride in memory is rounded up to a power of 2
             ptr = b.bitcast(b.gep(first, [ir.Constant(I64, c * n)], inbounds=True) if c
                             else first, vt.as_pointer())
-            if c < step - 1:
+            if self.mask is not None:
+                # each element of the chunk that is a lane's, read if that lane is on
+                picks = [(c * n + j) // step if (c * n + j) % step == 0 and
+                         (c * n + j) // step < n else n for j in range(n)]
+                mask = b.shuffle_vector(self.mask, off,
+                                        ir.Constant(ir.VectorType(I32, n), picks))
+            elif c < step - 1:
                 chunks.append(cg.tag(b.load(ptr, align=align.constant), e.buffer))
                 continue
-            keep = n - (step - 1)           # the last lane's element ends the span
-            mask = ir.Constant(ir.VectorType(I1, n), [1] * keep + [0] * (step - 1))
+            else:
+                keep = n - (step - 1)       # the last lane's element ends the span
+                mask = ir.Constant(ir.VectorType(I1, n), [1] * keep + [0] * (step - 1))
             f = cg._declare(f"llvm.masked.load.{type_suffix(vt)}.p0", vt,
                             [vt.as_pointer(), I32, mask.type, vt])
             chunks.append(cg.tag(b.call(f, [ptr, align, mask, ir.Constant(vt, None)]),
@@ -300,7 +309,7 @@ class VectorContext:
         kind, idx = self._kind(e.indices, e.buffer, cg.extents(e.buffer))
         step = self._flat_step(idx, e.buffer, cg.extents(e.buffer)) \
             if kind == "strided" else 0
-        if kind == "strided" and self.mask is None and not e.dtype.is_bool and \
+        if kind == "strided" and not e.dtype.is_bool and \
                 self.lanes >= step:     # (fewer lanes than the step: one chunk past the last)
             return self.strided_load(cg, e, idx, step)
         if kind == "uniform":
