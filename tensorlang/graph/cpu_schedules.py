@@ -175,20 +175,57 @@ def _condition_axis(st) -> int | None:
     return next((d for d, n in enumerate(names_) if n in read), None)
 
 
+def _permuted_axis(st) -> int | None:
+    """The last axis of stage `st` that some read indexes other than as its own trailing
+    dimensions in order (a transpose's permuted axes), or None: the axes after it are read
+    as the output writes them, so a loop over them fused moves every read by one."""
+    from ..ir.expr import Const, Load, Var
+    from ..ir.visit import walk
+
+    names_ = [a.var.name for a in st.op.axis]
+    last = None
+    for x in walk(st.op.body):
+        if not isinstance(x, Load):
+            continue
+        if not all(isinstance(ix, (Var, Const)) for ix in x.indices):
+            return None     # index arithmetic (a reshape's): the fused loop's reads move
+                            # by one as a whole (`vector._flat_moves_by_one`)
+        for d in range(len(names_)):
+            tail = names_[d:]
+            used = [k for k, ix in enumerate(x.indices)
+                    if any(isinstance(v, Var) and v.name in tail for v in walk(ix))]
+            if not used:            # the read does not move with these axes: uniform
+                break
+            k0 = len(x.indices) - len(tail)
+            if k0 >= 0 and used == list(range(k0, len(x.indices))) and all(
+                    isinstance(ix, Var) and ix.name == n
+                    for ix, n in zip(x.indices[k0:], tail)):
+                break
+            last = d if last is None else max(last, d)
+    return last
+
+
 def _pieces_elementwise(st, lanes: int, parallel: bool) -> bool:
     """An elementwise stage whose body chooses between arms by an outer axis (a concat
-    along channels: which input a channel comes from): the axes up to that one fused into
+    along channels: which input a channel comes from), or reads its inputs permuted up to
+    an axis (a transpose that keeps the trailing axes): the axes up to that one fused into
     the outer loop (parallel when large), the axes after it fused into a contiguous inner
     loop in vectors. The choice is then one branch per vector, taken the same way by all
     its lanes, and each arm's reads move by one per lane: contiguous vector loads. With
     all axes fused into one loop the arm of each lane depends on a division of the fused
     index, and the reads become gathers. False (nothing done) where no condition reads an
     axis before the last, or where the inner run is shorter than two vectors."""
-    d = _condition_axis(st)
+    cond, perm = _condition_axis(st), _permuted_axis(st)
+    ds = [x for x in (cond, perm) if x is not None]
+    d = max(ds) if ds else None
     axes = list(st.op.axis)
     if d is None or d + 1 >= len(axes):
         return False
     ext = [int(x.value) for x in st.op.output.shape]
+    if d == perm and ext[-1] >= lanes:
+        # a transpose: the last axis alone in vectors (its indices stay plain; the fused
+        # trailing axes' would be divisions the vectoriser reads as gathers)
+        d = len(axes) - 2
     inner_size = int(np.prod(ext[d + 1:]))
     if inner_size < 2 * lanes:
         return False

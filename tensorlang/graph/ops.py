@@ -287,17 +287,55 @@ def _check_bcast(x, shape):
     return tuple(shape)
 
 
+def reshape_groups(xs, out) -> list[tuple[list[int], list[int]]] | None:
+    """The dimensions of a row-major reshape from `xs` to `out` in groups (input dims,
+    output dims) of equal products, in order: each group's elements map among themselves
+    (a channel shuffle's (240,) -> (3, 80); a flatten's (c, h, w) -> (c*h*w,)). None for a
+    shape with a zero extent."""
+    xs, out = [int(d) for d in xs], [int(d) for d in out]
+    if 0 in xs or 0 in out:
+        return None
+    groups, i, j = [], 0, 0
+    while i < len(xs) or j < len(out):
+        gi, gj, pi, pj = [], [], 1, 1
+        while not (gi or gj) or pi != pj:
+            if (pi <= pj and i < len(xs)) or j >= len(out):
+                gi.append(i)
+                pi *= xs[i]
+                i += 1
+            else:
+                gj.append(j)
+                pj *= out[j]
+                j += 1
+        groups.append((gi, gj))
+    return groups
+
+
 def _reshape_te(ts, shapes, out, **_):
     x, xs = ts[0], shapes[0]
     if tuple(xs) == tuple(out):
         return tl.compute(out, lambda *i: x[i], name="out"), "elementwise"
-    ostr = [int(np.prod(out[d + 1:])) for d in range(len(out))]
-    istr = [int(np.prod(xs[d + 1:])) for d in range(len(xs))]
+    groups = reshape_groups(xs, out)
+    if groups is None:          # empty: no element to read
+        groups = [(list(range(len(xs))), list(range(len(out))))]
 
     def body(*i):
-        flat = sum((i[d] * ostr[d] for d in range(len(out))), tl.const(0, "int32"))
-        return x[tuple((flat // istr[d]) % xs[d] if d else flat // istr[d]
-                       for d in range(len(xs)))]
+        # each group's input indices from its own output indices: an index of a group of
+        # one input and one output dimension is the output's (no division), so the inner
+        # dimensions that a reshape keeps stay contiguous vectors
+        idx = [None] * len(xs)
+        for gi, gj in groups:
+            if len(gi) == 1 and len(gj) == 1:
+                idx[gi[0]] = i[gj[0]]
+                continue
+            flat = tl.const(0, "int32")
+            for j in gj:
+                flat = flat * int(out[j]) + i[j]
+            for k, d in enumerate(gi):
+                inner = int(np.prod([xs[e] for e in gi[k + 1:]]))
+                q = flat // inner if inner != 1 else flat
+                idx[d] = q % int(xs[d]) if k else q
+        return x[tuple(idx)]
     return tl.compute(out, body, name="out"), "elementwise"
 
 
