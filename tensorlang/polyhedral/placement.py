@@ -32,7 +32,7 @@ from ..ir.visit import map_expr, map_stmt, walk_stmt
 from .deps import Witness, pick_pair
 from .isl_expr import pw_aff_expr, set_expr  # noqa: F401 (set_expr: placement's API)
 from .model import Loop, StageState, Statement
-from .storage import sliding_region, store_depth, store_footprint
+from .storage import shared_between, sliding_region, store_depth, store_footprint
 from .transform import pw_extremes
 from ..te.tensor import Tensor
 
@@ -72,6 +72,8 @@ class LocalBuffer:
     copies: tuple[str, ...] = ()     # shared tile, loaded by all its threads: `copies`)
     extents: tuple[tuple[int, int], ...] = ()   # (thread loop, launch extent)
     folds: tuple[tuple[int, int], ...] = ()      # (dimension, factor): index x_d mod factor
+    stored_outside: bool = False     # store_at a loop outside the compute loop (store_root)
+    link: int | None = None          # loops shared by a writer and its readers (n_prefix)
 
     @property
     def time_dim(self) -> int:
@@ -215,7 +217,9 @@ def _attach(prog, states, entries: list[Entry], sid: str, st: StageState) -> lis
             f"compute_at({label}, {clabel}.{loopname}): a shared tile of a GPU block is "
             "stored where it is computed; store_at and fold_storage are not supported for it")
     # store_at an outer loop: each iteration computes what earlier ones did not (storage)
-    computed = sliding_region(foot, depth, label)
+    computed, slides = sliding_region(foot, depth, label)
+    if depth < k:
+        shared_between(foot, depth, A.loops, label, clabel)
     # expand the producer's statements over the footprint
     names = {e.stmt.name for e in entries}
     span = max(e.path[1] for e in mine) + 1 if mine else 1
@@ -292,6 +296,10 @@ def _attach(prog, states, entries: list[Entry], sid: str, st: StageState) -> lis
     if depth < k:
         out = _local_buffers(prog, states, sid, store_footprint(foot, depth), depth,
                              tuple(A.padded(depth + 1)[:depth + 1]))
+        # a dependence through the buffer links the copy that computed the element: the
+        # one of an earlier iteration of the same store iteration (sliding), or the one of
+        # the same compute iteration (each computes its whole footprint)
+        out = [replace(L, stored_outside=True, link=depth if slides else k) for L in out]
     else:
         out = _local_buffers(prog, states, sid, foot, k, scope)
     if threads:

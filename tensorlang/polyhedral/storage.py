@@ -91,25 +91,56 @@ def _advances(foot: isl.Map, before: isl.Map) -> bool:
     return True
 
 
-def sliding_region(foot: isl.Map, s: int, label: str) -> isl.Map:
+def sliding_region(foot: isl.Map, s: int, label: str) -> tuple[isl.Map, bool]:
     """The elements each compute prefix computes when the buffer lives at store depth s:
     its footprint less what earlier iterations of the same store iteration computed, or
-    the whole footprint where the window does not advance monotonically."""
+    the whole footprint where the window does not advance monotonically; and whether the
+    window slides (each element computed once per store iteration)."""
     k = foot.dim(isl.dim_type.in_)
     if s >= k:
-        return foot
+        return foot, False
     before = earlier(foot.domain(), s)
     if before.is_empty():
-        return foot
+        return foot, True
     if not _advances(foot, before):
         debug_print(1, "store_at", f"{label}: the footprint does not advance monotonically "
                     "over the loops between the store and compute levels; each iteration "
                     "recomputes its whole footprint (no sliding window)")
-        return foot
+        return foot, False
     out = foot.subtract(before.apply_range(foot)).coalesce()
     debug_print(1, "store_at", f"{label}: sliding window over {k - s} loop(s); computed per "
                 f"iteration: {out}")
-    return out
+    return out, True
+
+
+def shared_between(foot: isl.Map, s: int, loops, label: str, clabel: str) -> None:
+    """Iterations of the loops between the store and compute levels share the buffer:
+    under a sliding window one computes what a later one reads, else both write the
+    elements their footprints share. Refused when one of those loops runs its iterations
+    at once (parallel, vector, GPU) and two of its iterations use a common element, with
+    those two iterations."""
+    k = foot.dim(isl.dim_type.in_)
+    for d in range(s, k):
+        lp = loops[d]
+        if lp.kind.name in ("SERIAL", "UNROLLED"):
+            continue
+        pairs = earlier(foot.domain(), s).intersect(foot.apply_range(foot.reverse()))
+        pairs = pairs.subtract(pairs.equate(isl.dim_type.in_, d, isl.dim_type.out, d))
+        if pairs.is_empty():
+            continue
+        sizes, a, b = pick_pair(pairs)
+        names = [x.name for x in loops[:k]]
+        fa = ", ".join(f"{n}={v}" for n, v in zip(names, a))
+        fb = ", ".join(f"{n}={v}" for n, v in zip(names, b))
+        where = f" (with {', '.join(f'{x}={v}' for x, v in sizes.items())})" if sizes else ""
+        raise IllegalScheduleError(
+            f"store_at({label}): loop {lp.name} of {clabel} runs its iterations at once "
+            f"({lp.kind.name.lower()}), but it lies between {label}'s store and compute "
+            f"levels: the iterations {clabel}[{fb}] and {clabel}[{fa}] use the same elements "
+            f"of {label} in the one buffer, computed once for both (or by both){where}; keep "
+            f"that loop serial, or store {label} inside it",
+            Witness("RAW", dict(zip(names, b)), dict(zip(names, a)), clabel, clabel, sizes,
+                    {}, {}))
 
 
 # ------------------------------------------------------------------------------ folds

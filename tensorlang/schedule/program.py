@@ -389,7 +389,7 @@ def expand_dependences(prog: Program, pl: Placement, states,
     through that buffer links only copies in the same iteration of the loop (the same
     prefix); any other dependence links every copy."""
     by_orig = pl.by_orig()
-    prefix = {L.stage: L.n_prefix for L in pl.locals}
+    prefix = {L.stage: L.n_prefix if L.link is None else L.link for L in pl.locals}
     info: dict[str, StatementInfo] = {}
     for e in pl.entries:
         base = prog.info[e.orig]

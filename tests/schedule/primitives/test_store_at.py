@@ -144,8 +144,12 @@ def test_non_monotone_footprint_recomputes(capsys, monkeypatch):
 def test_parallel_between_store_and_compute_is_refused():
     s, inp, bx, out = sliding("root", 4)
     yo = s[out].leaf_iter_vars[0]
-    w = assert_refused_with_witness(s, lambda: s[out].parallel(yo), "parallel", "blur_x")
-    assert w.source and w.sink
+    w = assert_refused_with_witness(s, lambda: s[out].parallel(yo), "store_at", "blur_x")
+    # two tiles of rows whose windows share rows of blur_x: the earlier computes them
+    a, b = w.source, w.sink
+    assert a["y.outer"] < b["y.outer"]
+    rows = lambda p: set(range(4 * p["y.outer"] + p["y.inner"], 4 * p["y.outer"] + p["y.inner"] + 3))
+    assert rows(a) & rows(b)
 
 
 def test_parallel_outside_the_store_level_is_legal():
