@@ -148,8 +148,8 @@ def test_parallel_between_store_and_compute_is_refused():
     # two tiles of rows whose windows share rows of blur_x: the earlier computes them
     a, b = w.source, w.sink
     assert a["y.outer"] < b["y.outer"]
-    rows = lambda p: set(range(4 * p["y.outer"] + p["y.inner"], 4 * p["y.outer"] + p["y.inner"] + 3))
-    assert rows(a) & rows(b)
+    first = [4 * p["y.outer"] + p["y.inner"] for p in (a, b)]     # rows y .. y + 2
+    assert abs(first[0] - first[1]) <= 2
 
 
 def test_parallel_outside_the_store_level_is_legal():
