@@ -31,6 +31,7 @@ import islpy as isl
 
 from ..config import debug_print
 from ..errors import IllegalScheduleError, ScheduleError
+from ..ir.stmt import LoopKind
 from .deps import Witness, pick_pair
 
 ROOT = "root"
@@ -122,7 +123,7 @@ def shared_between(foot: isl.Map, s: int, loops, label: str, clabel: str) -> Non
     k = foot.dim(isl.dim_type.in_)
     for d in range(s, k):
         lp = loops[d]
-        if lp.kind.name in ("SERIAL", "UNROLLED"):
+        if lp.kind in (LoopKind.SERIAL, LoopKind.UNROLLED):
             continue
         pairs = earlier(foot.domain(), s).intersect(foot.apply_range(foot.reverse()))
         pairs = pairs.subtract(pairs.equate(isl.dim_type.in_, d, isl.dim_type.out, d))

@@ -488,12 +488,20 @@ class Stage:
         computed at (`compute_at`) or one outside it — as Halide's `store_at`. Values
         computed in earlier iterations of the loops between stay in the buffer, and each
         iteration computes only what they did not (the sliding window), while the footprint
-        advances monotonically; see `fold_storage` to keep only the rows in flight::
+        advances monotonically; see `fold_storage` to keep only the rows in flight. Halide's
+        lesson 08 (`s[blur_x].store_root()`, `s[blur_x].compute_at(s[out], y)`)::
 
-            for y in range(n):                 # s[B].store_root(); s[B].compute_at(s[C], y)
-              for yb in range(max(0, y + 2), y + 3) if y else range(0, 3):  # B's new rows
-                B[yb, x] = ...
-              C[y, x] = B[y, x] + B[y + 1, x] + B[y + 2, x]
+            blur_x = allocate(float32, [h + 2, w], 'local')
+            for y in range(h):
+              if y >= 1:                       # one new row per row of out
+                for x in range(w):
+                  blur_x[y + 2, x] = (input[y + 2, x] + ...) / 3.0
+              else:                            # the first three rows
+                for y_1 in range(3):
+                  for x in range(w):
+                    blur_x[y_1, x] = (input[y_1, x] + ...) / 3.0
+              for x in range(w):
+                out[y, x] = (blur_x[y, x] + blur_x[y + 1, x] + blur_x[y + 2, x]) / 3.0
         """
         parent = self._storage_parent(parent, "store_at")
         loop = parent._loop(axis, "store_at", "axis")
