@@ -579,7 +579,10 @@ class Stage:
         """Compute this stage in full before the stages that read it (the default)."""
         if self.state.attach is None and not self.inlined:
             return
-        new = replace(self.state, attach=None, trace=self.state.trace + ("compute_root()",))
+        # computed at root, it is stored there too (a store_at loop no longer applies)
+        store = None if isinstance(self.state.store, tuple) else self.state.store
+        new = replace(self.state, attach=None, store=store,
+                      trace=self.state.trace + ("compute_root()",))
         self._apply(new, Call("compute_root"), moves=True)
 
     def compute_inline(self) -> None:

@@ -183,3 +183,10 @@ def test_store_at_replays():
         return i, o
 
     assert_replays(s, [inp, out], make)
+
+
+def test_compute_root_after_store_at_stores_at_root():
+    s, inp, bx, out = sliding("yo", 4)
+    s[bx].compute_root()
+    assert s[bx].state.store is None
+    assert_computes(s, [inp, out], lesson08_cases(((2, 3), (9, 4))), llvm=False)
