@@ -185,3 +185,34 @@ def test_fold_storage_misuse():
     s[bx].store_root()
     s[bx].compute_at(s[out], out.op.axis[0])
     assert_computes(s, [inp, out], lesson08_cases(((1, 1), (5, 7))), llvm=False)
+
+
+@pytest.mark.parametrize("where", ["root", "yo"])
+def test_fold_of_a_split_schedule_matches_numpy(where):
+    s, inp, bx, out = sliding(where, 4)
+    s[bx].fold_storage(bx.op.axis[0], 3)
+    assert tuple(map(str, allocations(tl.lower(s, [inp, out]))["blur_x"])) == ("3", "w")
+    assert_computes(s, [inp, out], lesson08_cases(((1, 1), (5, 7), (13, 11))))
+
+
+def test_fold_of_a_reduction_producer():
+    """The producer is a reduction (an init and an update per element): its accumulator is
+    folded; its own reads of it are part of the values' live ranges."""
+    h, w = tl.var("h"), tl.var("w")
+    A = tl.placeholder((h + 2, w + 2), name="A")
+    k = tl.reduce_axis((0, 3), name="k")
+    R = tl.compute((h + 2, w), lambda y, x: tl.sum(A[y, x + k], axis=k), name="R")
+    O = tl.compute((h, w), lambda y, x: R[y, x] + R[y + 2, x], name="O")
+    s = tl.create_schedule(O)
+    s[R].store_root()
+    s[R].compute_at(s[O], O.op.axis[0])
+    rep = tl.analyze(s, [A, O], sizes={"h": 6, "w": 3})
+    assert rep.buffer("R").smallest_fold["y"] == 3
+    assert_refused_with_witness(s, lambda: s[R].fold_storage(0, 2), "fold_storage", "R")
+    s[R].fold_storage(0, 3)
+    cases = []
+    for n, m in ((1, 1), (6, 3), (11, 5)):
+        a = np.random.default_rng(n).random((n + 2, m + 2), dtype=np.float32)
+        r = a[:, :-2] + a[:, 1:-1] + a[:, 2:]
+        cases.append(([a], r[:-2] + r[2:]))
+    assert_computes(s, [A, O], cases)
