@@ -644,9 +644,15 @@ def _free_use(s: Stmt, buf) -> bool:
 
 def _allocate_rest(body: Stmt, locals_) -> Stmt:
     """Local buffers whose loop isl did not emit (one iteration): at the innermost statement
-    that encloses every use not already inside an allocation of the buffer."""
+    that encloses every use not already inside an allocation of the buffer. A buffer stored
+    outside the loop it is computed at (store_at, store_root) keeps its values from one
+    iteration of the loops inside its store level to the next: it goes outside every loop
+    (its store loop, when isl emits it, allocated it already: `allocate_locals`)."""
+    into_loops = True
+
     def wrap(s: Stmt, buf) -> Stmt:
-        if isinstance(s, (For, Let)) and not uses_buffer(_head(s), buf):
+        if isinstance(s, (For, Let)) and not uses_buffer(_head(s), buf) and \
+                (into_loops or isinstance(s, Let)):
             return _with_body(s, wrap(s.body, buf))
         if isinstance(s, Allocate):
             return Allocate(s.buffer, wrap(s.body, buf))
@@ -668,6 +674,7 @@ def _allocate_rest(body: Stmt, locals_) -> Stmt:
 
     for L in locals_:
         if _free_use(body, L.buffer):
+            into_loops = not L.stored_outside
             body = wrap(body, L.buffer)
     return body
 

@@ -51,6 +51,10 @@ class StageState:
     attach: tuple[str, str] | None = None   # (consumer stage, loop) for compute_at; None: root
     scope: str = "local"                    # storage of its values when attached
     sync: bool = True                       # barriers around a shared tile's copy
+    # store_at: (consumer stage, loop) or "root" where the buffer of an attached stage lives
+    # (None: at its compute_at loop); folds: (dimension, factor) of storage folding
+    store: tuple[str, str] | str | None = None
+    folds: tuple[tuple[int, int], ...] = ()
 
     @property
     def is_reduction(self) -> bool:

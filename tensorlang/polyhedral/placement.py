@@ -32,6 +32,7 @@ from ..ir.visit import map_expr, map_stmt, walk_stmt
 from .deps import Witness, pick_pair
 from .isl_expr import pw_aff_expr, set_expr  # noqa: F401 (set_expr: placement's API)
 from .model import Loop, StageState, Statement
+from .storage import shared_between, sliding_region, store_depth, store_footprint
 from .transform import pw_extremes
 from ..te.tensor import Tensor
 
@@ -70,6 +71,9 @@ class LocalBuffer:
     threads: tuple[int, ...] = ()    # prefix loops bound to threadIdx (a GPU block's
     copies: tuple[str, ...] = ()     # shared tile, loaded by all its threads: `copies`)
     extents: tuple[tuple[int, int], ...] = ()   # (thread loop, launch extent)
+    folds: tuple[tuple[int, int], ...] = ()      # (dimension, factor): index x_d mod factor
+    stored_outside: bool = False     # store_at a loop outside the compute loop (store_root)
+    link: int | None = None          # loops shared by a writer and its readers (n_prefix)
 
     @property
     def time_dim(self) -> int:
@@ -207,6 +211,15 @@ def _attach(prog, states, entries: list[Entry], sid: str, st: StageState) -> lis
     if threads:
         coop = _Coop(threads, A, k, label)
         foot = coop.relax(foot)
+    depth = store_depth(st, A, li, label, clabel, loopname)
+    if threads and (depth != k or st.folds):
+        raise NotImplementedError(
+            f"compute_at({label}, {clabel}.{loopname}): a shared tile of a GPU block is "
+            "stored where it is computed; store_at and fold_storage are not supported for it")
+    # store_at an outer loop: each iteration computes what earlier ones did not (storage)
+    computed, slides = sliding_region(foot, depth, label)
+    if depth < k:
+        shared_between(foot, depth, A.loops, label, clabel)
     # expand the producer's statements over the footprint
     names = {e.stmt.name for e in entries}
     span = max(e.path[1] for e in mine) + 1 if mine else 1
@@ -229,7 +242,7 @@ def _attach(prog, states, entries: list[Entry], sid: str, st: StageState) -> lis
         elem = foot.get_tuple_name(isl.dim_type.out)
         proj = isl.Map(f"[{ptext}] -> {{ {s.name}[{dims}] -> {elem}[{', '.join(s.dims[:n_sp])}] }}")
         proj = proj.intersect_domain(s.domain)
-        expanded = foot.apply_range(proj.reverse()).wrap().flatten()
+        expanded = computed.apply_range(proj.reverse()).wrap().flatten()
         expanded = expanded.set_tuple_name(new)
         for d, nm in enumerate(pdims + s.dims):
             expanded = expanded.set_dim_name(isl.dim_type.set, d, nm)
@@ -280,7 +293,15 @@ def _attach(prog, states, entries: list[Entry], sid: str, st: StageState) -> lis
                 f"the same iteration of {loopname} (only the elements {clabel} reads there "
                 f"are); a recurrence reads values before they are produced there. Compute "
                 f"{label} at root or at an outer loop", _witness(inf, dims, a, sizes))
-    out = _local_buffers(prog, states, sid, foot, k, scope)
+    if depth < k:
+        out = _local_buffers(prog, states, sid, store_footprint(foot, depth), depth,
+                             tuple(A.padded(depth + 1)[:depth + 1]))
+        # a dependence through the buffer links the copy that computed the element: the
+        # one of an earlier iteration of the same store iteration (sliding), or the one of
+        # the same compute iteration (each computes its whole footprint)
+        out = [replace(L, stored_outside=True, link=depth if slides else k) for L in out]
+    else:
+        out = _local_buffers(prog, states, sid, foot, k, scope)
     if threads:
         out = [replace(L, threads=tuple(threads), extents=tuple(coop.extents.items()),
                        copies=tuple(e.stmt.name for e in new_entries)) for L in out]
@@ -488,11 +509,15 @@ def _local_buffers(prog, states, sid, foot: isl.Map, k: int, scope) -> list[Loca
             shape.append(_symbolic_bound(ext, prog))
         offs.append(lo)
     scope_name = states[sid].scope
+    folds = states[sid].folds
+    for d, f in folds:      # a circular buffer of f positions along d (x_d mod f)
+        shape[d] = Const(f, int64)
     out = []
     for t in prog.stage_tensors(sid):
         g = prog.bufs[id(t)]
         buf = Buffer(g.name, tuple(shape), g.dtype, scope_name)
-        out.append(LocalBuffer(sid, t, buf, k, tuple(scope), tuple(offs), foot))
+        out.append(LocalBuffer(sid, t, buf, k, tuple(scope), tuple(offs), foot,
+                               folds=tuple(folds)))
     return out
 
 
@@ -549,10 +574,12 @@ def _rewrite_local(prog, entries: list[Entry], L: LocalBuffer) -> None:
     # outright, not as a difference of two quasi-affine forms of fused loops that LLVM
     # cannot prove equal (a variable index keeps the tile out of registers)
     unit = [isinstance(e, Const) and e.value == 1 for e in L.buffer.shape]
+    folds = dict(L.folds)
 
     def shift(idx):
-        return tuple(Const(0, x.dtype) if u else simplify(x - o)
-                     for x, o, u in zip(idx, offs, unit))
+        return tuple(Const(0, x.dtype) if u else
+                     simplify(x % Const(folds[d], x.dtype)) if d in folds else
+                     simplify(x - o) for d, (x, o, u) in enumerate(zip(idx, offs, unit)))
 
     def load(y):
         if isinstance(y, Load) and y.buffer is L.tensor:

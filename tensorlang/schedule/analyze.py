@@ -10,6 +10,11 @@ For concrete sizes, every count is the number of points of an isl set:
   the elements that a cache placed at that loop would load, summed over its iterations
   (CSE 291's data-movement count), and *per iteration* is that divided by the iterations.
 The arithmetic intensity is flops / (distinct elements read + written in global buffers).
+
+For each buffer of a stage computed at a loop (compute_at, store_at, fold_storage), `buffers`
+gives its allocated shape, the positions written in it (folded: x_d mod factor) summed over
+the iterations of the loop it lives in, and the smallest fold of each dimension that keeps
+every live value at these sizes (isl's liveness, polyhedral/storage.py).
 """
 
 from __future__ import annotations
@@ -21,10 +26,12 @@ import islpy as isl
 
 from ..deep import deep
 from ..errors import TensorlangError
-from ..ir.expr import Add, Call, Div, Expr, Max, Min, Mul, Sub
+from ..ir.expr import Add, Call, Const, Div, Expr, Max, Min, Mul, Sub
 from ..ir.stmt import Store
 from ..ir.visit import walk, walk_stmt
+from ..polyhedral.astgen import timed_statements
 from ..polyhedral.placement import loop_prefix
+from ..polyhedral.storage import liveness, smallest_fold
 from .lower import _check_args
 from .schedule import Schedule
 
@@ -56,11 +63,29 @@ class StageReport:
 
 
 @dataclass
+class BufferReport:
+    name: str
+    shape: tuple                           # allocated extents (ints, or size expressions)
+    folds: dict[str, int]                  # dimension -> fold factor
+    store_iterations: int                  # iterations of the loop the buffer lives in
+    footprint: int                         # (iteration, position written) pairs
+    smallest_fold: dict[str, int | None]   # dimension -> least correct factor (None: none)
+
+
+@dataclass
 class Report:
     sizes: dict[str, int]
     stages: list[StageReport]
     global_reads: dict[str, int]
     global_writes: dict[str, int]
+    buffers: list[BufferReport] = field(default_factory=list)
+
+    def buffer(self, name: str) -> BufferReport:
+        for b in self.buffers:
+            if b.name == name:
+                return b
+        raise TensorlangError(f"analyze: no local buffer {name!r}; the local buffers are "
+                              f"{[b.name for b in self.buffers]}")
 
     @property
     def flops(self) -> int:
@@ -90,6 +115,10 @@ class Report:
                 per = ", ".join(f"{k}={_f(v)}" for k, v in lv.per_iteration.items())
                 lines.append(f"  at {lv.loop}: {lv.iterations} iterations; moved "
                              f"{_d(lv.moved)}; per iteration {per}")
+        for b in self.buffers:
+            lines.append(f"buffer {b.name}{list(b.shape)}: folds {_d(b.folds)}, "
+                         f"{b.footprint} positions written over {b.store_iterations} "
+                         f"iteration(s); smallest folds {_d(b.smallest_fold)}")
         lines.append(f"total: {self.flops} flops; global reads {_d(self.global_reads)}, "
                      f"writes {_d(self.global_writes)}; intensity {_f(self.intensity)}")
         return "\n".join(lines)
@@ -198,7 +227,43 @@ def analyze(s: Schedule, args, sizes: dict[str, int] | None = None) -> Report:
                 rep.levels.append(LevelReport(main.loops[d].name, n_it, moved, per))
         stages.append(rep)
     return Report(sizes, stages, {k: _count_union(v) for k, v in greads.items()},
-                  {k: _count_union(v) for k, v in gwrites.items()})
+                  {k: _count_union(v) for k, v in gwrites.items()},
+                  _buffers(s, prog, pl, ctx))
+
+
+def _buffers(s: Schedule, prog, pl, ctx: isl.Set) -> list[BufferReport]:
+    states = {st.id: st.state for st in s.stages}
+    times = timed_statements(pl.entries)
+    out = []
+    for L in pl.locals:
+        st = states[L.stage]
+        names = list(st.axes[:st.n_spatial])
+        folds = dict(L.folds)
+        k, tid = L.n_prefix, id(L.tensor)
+        pairs = None
+        for e in pl.entries:
+            if tid not in e.writes:
+                continue
+            w = e.writes[tid].intersect_params(ctx).intersect_domain(
+                e.stmt.domain.intersect_params(ctx))
+            elem = w.get_tuple_name(isl.dim_type.out)
+            xs = [f"x{j}" for j in range(len(names))]
+            slot = [f"x{j} mod {folds[j]}" if j in folds else f"x{j}" for j in range(len(xs))]
+            to_slot = isl.Map(f"{{ {elem}[{', '.join(xs)}] -> [{', '.join(slot)}] }}")
+            p = loop_prefix(e.lmap, k).reverse().apply_range(
+                w.apply_range(to_slot.align_params(w.get_space())))
+            pairs = p if pairs is None else pairs.union(p)
+        if pairs is None:
+            continue
+        live = liveness(pl.entries, times, tid, ctx) if st.store is not None or folds \
+            else None
+        best = {names[d]: smallest_fold(live, d) for d in range(len(names))} if live else {}
+        shape = tuple(int(x.value) if isinstance(x, Const) else str(x)
+                      for x in L.buffer.shape)
+        out.append(BufferReport(L.buffer.name, shape,
+                                {names[d]: f for d, f in folds.items()},
+                                _count(pairs.domain()), _count(pairs), best))
+    return out
 
 
 def _count_union(u: isl.UnionSet) -> int:

@@ -8,7 +8,7 @@ import islpy as isl
 
 from ..deep import deep
 from ..config import debug_print, timed
-from ..errors import TensorlangError
+from ..errors import ScheduleError, TensorlangError
 from ..ir.expr import Const, Expr, Load, Var
 from ..ir.printer import expr_str, stmt_str
 from ..ir.stmt import Allocate, Buffer, ExternCall, Stmt, Store
@@ -138,6 +138,12 @@ def lower(s: Schedule, args, name: str = "main", checks: bool = True,
         raise TensorlangError(f"lower: checks must be True or False, got {checks!r}")
     if not isinstance(simple_mode, bool):
         raise TensorlangError(f"lower: simple_mode must be True or False, got {simple_mode!r}")
+    for st in s.stages:
+        if st.state.attach is None and (isinstance(st.state.store, tuple) or st.state.folds):
+            what = "store_at" if isinstance(st.state.store, tuple) else "fold_storage"
+            raise ScheduleError(f"{what}: stage {st.id} is computed at root; store_at and "
+                                "fold_storage apply to a stage computed at a loop "
+                                f"(s[{st.id!r}].compute_at(...))")
     with timed("lower"):
         prog = s.program
         params = prog.params

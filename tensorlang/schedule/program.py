@@ -27,6 +27,7 @@ from ..polyhedral import accumulator_buffers, check_bounds, stage_statements
 from ..polyhedral.astgen import TimedStatement, base_entries, timed_statements
 from ..polyhedral.checks import CheckSite, insert_index_checks
 from ..polyhedral.placement import Placement, loop_prefix, place
+from ..polyhedral.storage import check_folds
 from ..polyhedral.deps import (
     Dependence, StatementInfo, check_legality, check_self_read, compute_dependences,
 )
@@ -208,7 +209,10 @@ class Program:
         return self.outputs[sid]
 
     def place(self, states) -> Placement:
-        return place(self, states, base_entries(states, self.statements, self.order))
+        pl = place(self, states, base_entries(states, self.statements, self.order))
+        if any(L.folds for L in pl.locals):     # a folded buffer keeps every live value
+            check_folds(self, pl, timed_statements(pl.entries), states)
+        return pl
 
     def times(self, states) -> list[TimedStatement]:
         return timed_statements(self.place(states).entries)
@@ -385,7 +389,7 @@ def expand_dependences(prog: Program, pl: Placement, states,
     through that buffer links only copies in the same iteration of the loop (the same
     prefix); any other dependence links every copy."""
     by_orig = pl.by_orig()
-    prefix = {L.stage: L.n_prefix for L in pl.locals}
+    prefix = {L.stage: L.n_prefix if L.link is None else L.link for L in pl.locals}
     info: dict[str, StatementInfo] = {}
     for e in pl.entries:
         base = prog.info[e.orig]

@@ -162,6 +162,17 @@ class Stage:
                         f"compute_at, or compute {sid} elsewhere first")
                 states[sid] = replace(st, attach=(self.id, target))
                 moves = True
+            st = states[sid]
+            if isinstance(st.store, tuple) and st.store[0] == self.id and \
+                    st.store[1] in removed:     # a store_at loop follows it the same way
+                target = (renamed or {}).get(st.store[1])
+                if target is None:
+                    raise ScheduleError(
+                        f"{call} on stage {self.id}: stage {sid} is stored at loop "
+                        f"{st.store[1]}, which this primitive removes; apply {call} before "
+                        f"store_at, or store {sid} elsewhere first")
+                states[sid] = replace(st, store=(self.id, target))
+                moves = True
         prog = self.schedule.program
         touching = None if check_all else prog.moved(states, {self.id})
         prog.check(call, None if check_all or moves else self.id, states, touching)
@@ -472,6 +483,85 @@ class Stage:
                       trace=self.state.trace + (f"compute_at({parent.id}, {loop})",))
         self._apply(new, Call("compute_at", (parent.id, loop)), moves=True)
 
+    def store_at(self, parent, axis) -> None:
+        """Allocate this stage's buffer in loop `axis` of stage `parent` — the loop it is
+        computed at (`compute_at`) or one outside it — as Halide's `store_at`. Values
+        computed in earlier iterations of the loops between stay in the buffer, and each
+        iteration computes only what they did not (the sliding window), while the footprint
+        advances monotonically; see `fold_storage` to keep only the rows in flight. Halide's
+        lesson 08 (`s[blur_x].store_root()`, `s[blur_x].compute_at(s[out], y)`)::
+
+            blur_x = allocate(float32, [h + 2, w], 'local')
+            for y in range(h):
+              if y >= 1:                       # one new row per row of out
+                for x in range(w):
+                  blur_x[y + 2, x] = (input[y + 2, x] + ...) / 3.0
+              else:                            # the first three rows
+                for y_1 in range(3):
+                  for x in range(w):
+                    blur_x[y_1, x] = (input[y_1, x] + ...) / 3.0
+              for x in range(w):
+                out[y, x] = (blur_x[y, x] + blur_x[y + 1, x] + blur_x[y + 2, x]) / 3.0
+        """
+        parent = self._storage_parent(parent, "store_at")
+        loop = parent._loop(axis, "store_at", "axis")
+        new = replace(self.state, store=(parent.id, loop),
+                      trace=self.state.trace + (f"store_at({parent.id}, {loop})",))
+        self._apply(new, Call("store_at", (parent.id, loop)), moves=True)
+
+    def store_root(self) -> None:
+        """Allocate this stage's buffer once, outside every loop, while it is computed at
+        a loop (`compute_at`): Halide's `store_root().compute_at(...)`, the sliding window
+        over all the consumer's loops down to the compute level."""
+        self._storage_parent(None, "store_root")
+        new = replace(self.state, store="root", trace=self.state.trace + ("store_root()",))
+        self._apply(new, Call("store_root"), moves=True)
+
+    def fold_storage(self, dim, factor: int) -> None:
+        """Store element x of this stage at x[dim] mod `factor` along `dim` (an axis of
+        the stage, its name or its position): a circular buffer of `factor` rows. Refused
+        with the two elements that would share a slot while both are live when `factor` is
+        too small; `tl.analyze(...).buffer(name).smallest_fold` gives the smallest correct
+        factor (isl's liveness of the values in flight). Needs `compute_at`."""
+        self._storage_parent(None, "fold_storage")
+        axes = list(self.state.axes[:self.state.n_spatial])
+        if isinstance(dim, IterVar) and any(dim is a for a in self.op.axis):
+            d = axes.index(dim.name)
+        elif isinstance(dim, str) and dim in axes:
+            d = axes.index(dim)
+        elif isinstance(dim, (int, np.integer)) and not isinstance(dim, bool) and \
+                0 <= int(dim) < len(axes):
+            d = int(dim)
+        else:
+            raise ScheduleError(f"fold_storage: dim must be a spatial axis of stage "
+                                f"{self.id} (one of {axes}, or its position), got {dim!r}")
+        f = _int_arg(factor, "fold_storage", "factor")
+        folds = tuple((x, g) for x, g in self.state.folds if x != d) + ((d, f),)
+        new = replace(self.state, folds=folds,
+                      trace=self.state.trace + (f"fold_storage({axes[d]}, {f})",))
+        self._apply(new, Call("fold_storage", (axes[d], f)), moves=True)
+
+    def _storage_parent(self, parent, prim: str):
+        """The stage `parent` names (None: no parent), after checking that this stage's
+        storage may move: not an output, not an extern stage, not inlined."""
+        self._refuse_extern(prim)
+        sch = self.schedule
+        if any(t is o for t in self.op.outputs for o in sch.outputs):
+            raise ScheduleError(f"{prim}: {self.id} is an output of the schedule; outputs "
+                                "are stored in their own buffers")
+        if parent is None:
+            return None
+        if isinstance(parent, str):
+            parent = sch.stage(parent)
+        elif isinstance(parent, Tensor):
+            parent = sch[parent]
+        if not isinstance(parent, Stage) or parent.schedule is not sch:
+            raise ScheduleError(f"{prim}: parent must be a stage of this schedule (s[T]), "
+                                f"got {parent!r}")
+        if parent is self:
+            raise ScheduleError(f"{prim}: stage {self.id} cannot be stored inside its own loop")
+        return parent
+
     def no_sync(self) -> None:
         """Leave out the barriers around this shared stage's copy inside a GPU block (the
         one before it and the one after it). Checked like every primitive: when a thread
@@ -489,7 +579,10 @@ class Stage:
         """Compute this stage in full before the stages that read it (the default)."""
         if self.state.attach is None and not self.inlined:
             return
-        new = replace(self.state, attach=None, trace=self.state.trace + ("compute_root()",))
+        # computed at root, it is stored there too (a store_at loop no longer applies)
+        store = None if isinstance(self.state.store, tuple) else self.state.store
+        new = replace(self.state, attach=None, store=store,
+                      trace=self.state.trace + ("compute_root()",))
         self._apply(new, Call("compute_root"), moves=True)
 
     def compute_inline(self) -> None:
