@@ -375,3 +375,50 @@ def test_random_update_programs_match_the_interpreter(prog):
     out = np.zeros(n, "int32")
     run(s, args, arrays + [out])
     np.testing.assert_array_equal(out, ref)
+
+
+# ------------------------------------------------------------ Halide lesson 09, ported
+def test_halide_lesson_09_update_definitions():
+    """Lesson 09's chain of updates on one Func, each an update of the one before:
+    f(x, y) = x + y; f(3, 7) = 42; f(x, y) = f(x, y) + 17; f(x, 3) = f(x, 0) * f(x, 10);
+    f(0, y) = f(0, y) / f(3, y)."""
+    W, H = 12, 11
+    f = tl.compute((W, H), lambda x, y: (x + y).astype("float32"), name="f")
+    one = tl.reduce_axis(1, "one")
+    f1 = tl.update(f, [one], index=lambda one: (3, 7), value=lambda old, one: 42.0,
+                   name="f1")
+    rx, ry = tl.reduce_axis(W, "rx"), tl.reduce_axis(H, "ry")
+    f2 = tl.update(f1, [rx, ry], index=lambda x, y: (x, y), value=lambda old, x, y: old + 17,
+                   name="f2")
+    sx = tl.reduce_axis(W, "sx")
+    f3 = tl.update(f2, [sx], index=lambda x: (x, 3), value=lambda old, x: f2[x, 0] * f2[x, 10],
+                   name="f3")
+    sy = tl.reduce_axis(H, "sy")
+    f4 = tl.update(f3, [sy], index=lambda y: (0, y), value=lambda old, y: old / f3[3, y],
+                   name="f4")
+    s = tl.create_schedule(f4)
+    # f2 is an update at every point of exact (affine) writes: its loops are data-parallel
+    s[f2].parallel(rx)
+    syo, syi = s[f4].split(sy, factor=4)
+    out = np.zeros((W, H), "float32")
+    run(s, [f4], [out])
+    ref = np.add.outer(np.arange(W), np.arange(H)).astype("float32")
+    ref[3, 7] = 42
+    ref += 17
+    ref[:, 3] = ref[:, 0] * ref[:, 10]
+    for y in range(H):                  # in order: row 3's own value changes at y = 0 only
+        ref[0, y] = ref[0, y] / ref[3, y]
+    np.testing.assert_allclose(out, ref, rtol=1e-6)
+    # f3 writes row 3 and reads rows 0 and 10: no iteration reads another's write
+    s[f3].parallel(f3.op.reduce_axis[0])
+    s[f4].parallel(syo)
+    out = np.zeros((W, H), "float32")
+    run(s, [f4], [out])
+    np.testing.assert_allclose(out, ref, rtol=1e-6)
+    # an update that reads what an earlier iteration wrote keeps its order
+    g = tl.update(f, [sx], index=lambda x: (x, 0), value=lambda old, x:
+                  tl.if_then_else(x > 0, f[x - 1, 0], old), name="g")
+    with pytest.raises(tl.IllegalScheduleError) as e:
+        tl.create_schedule(g)[g].parallel(sx)
+    src, dst = e.value.witness
+    assert dst["sx"] == src["sx"] + 1

@@ -256,8 +256,8 @@ def _accumulator(loop: For) -> tuple[Buffer, tuple[Expr, ...], type] | None:
     private = {id(x.buffer) for x in walk_stmt(loop.body) if isinstance(x, Allocate)}
     found = None
     for st in walk_stmt(loop.body):
-        if not isinstance(st, Store) or id(st.buffer) in private:
-            continue
+        if not isinstance(st, Store) or id(st.buffer) in private or st.atomic:
+            continue            # (an atomic update needs no combining across threads)
         names = set().union(*(free_vars(i) for i in st.indices)) if st.indices else set()
         if names & mine:
             continue            # an element per thread
