@@ -424,3 +424,9 @@ def test_halide_lesson_09_update_definitions():
         tl.create_schedule(g)[g].parallel(gx)
     src, dst = e.value.witness
     assert dst["gx"] == src["gx"] + 1
+
+
+def test_auto_schedule_refuses_update_stages():
+    im, hist = histogram(4, 4)
+    with pytest.raises(NotImplementedError, match="update stage"):
+        tl.auto_schedule(hist, target="llvm", budget_s=1)
