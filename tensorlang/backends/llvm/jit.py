@@ -241,7 +241,7 @@ def _object(name: str, text: str, parallel: bool, target: Target,
         obj = target_machine(target).emit_object(mod)
     recorded = record_entry_name(name) in {f.name for f in mod.functions}
     return KernelObject(name, obj, recorded, parallel, tuple(sorted(undefined_symbols(obj))),
-                        str(mod), mod, externs)
+                        str(mod), module=mod, externs=externs)
 
 
 def load_kernel(code: KernelObject, n_buffers: int, n_params: int, target: Target) -> Kernel:
