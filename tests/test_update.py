@@ -431,3 +431,22 @@ def test_auto_schedule_refuses_update_stages():
     im, hist = histogram(4, 4)
     with pytest.raises(NotImplementedError, match="update stage"):
         tl.auto_schedule(hist, target="llvm", budget_s=1)
+
+
+def test_update_arguments_are_checked():
+    A = tl.placeholder((4, 3), name="A")
+    r = tl.reduce_axis(4, "r")
+    k = tl.reduce_axis(3, "k")
+    with pytest.raises(tl.TensorlangError, match="returned 1 indices but A has 2"):
+        tl.update(A, [r], index=lambda r: r, value=lambda old, r: old)
+    with pytest.raises(tl.TensorlangError, match="must be tl.reduce_axis"):
+        tl.update(A, [3], index=lambda r: (r, 0), value=lambda old, r: old)
+    with pytest.raises(tl.TensorlangError, match="takes 1 arguments but old and 2"):
+        tl.update(A, [r, k], index=lambda r, k: (r, k), value=lambda old: old)
+    with pytest.raises(tl.TensorlangError, match="integer expression"):
+        tl.update(A, [r], index=lambda r: (r, A[r, 0]), value=lambda old, r: old)
+    with pytest.raises(tl.TensorlangError, match="not one of the update's axes"):
+        tl.update(A, [r], index=lambda r: (r, 0), value=lambda old, r: old + k)
+    j = tl.reduce_axis((0, r), "j")
+    with pytest.raises(NotImplementedError, match="rectangular"):
+        tl.update(A, [r, j], index=lambda r, j: (r, j), value=lambda old, r, j: old)
