@@ -450,3 +450,14 @@ def test_update_arguments_are_checked():
     j = tl.reduce_axis((0, r), "j")
     with pytest.raises(NotImplementedError, match="rectangular"):
         tl.update(A, [r, j], index=lambda r, j: (r, j), value=lambda old, r, j: old)
+
+
+def test_nvptx_atomic_histogram_is_one_atom_add():
+    im, hist = histogram(64, 64)
+    s = tl.create_schedule(hist)
+    s[hist.op.init].bind(hist.op.init.op.axis[0], "threadIdx.x")
+    rx, ry = hist.op.reduce_axis
+    s[hist].bind(rx, "blockIdx.x", atomic=True)
+    s[hist].bind(ry, "threadIdx.x", atomic=True)
+    ptx = tl.build(s, [im, hist], target="nvptx").get_source()
+    assert "atom.global.add.u32" in ptx
