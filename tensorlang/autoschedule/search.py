@@ -46,6 +46,7 @@ from ..errors import ScheduleError, TensorlangError
 # (the names marked F401 are used through this module by the tests and the benchmarks)
 from ..schedule.schedule import Schedule, TraceEntry, create_schedule  # noqa: F401
 from ..te.extern import ExternOp
+from ..te.update import UpdateOp
 from .cost import estimate
 from .measure import TIME_MIN_S, kernel_call, measure_many, time_in_turn  # noqa: F401
 from .mutate import mutate as _mutate, sketch as _sketch
@@ -134,6 +135,12 @@ def auto_schedule(outputs, target="llvm", budget_s: float | None = None, log=Non
         raise NotImplementedError(
             f"auto_schedule: the program has extern stage(s) {externs}, which the search and "
             "its cost model do not handle yet; schedule it by hand (tl.create_schedule)")
+    updates = [st.id for st in base.stages if isinstance(st.op, UpdateOp)]
+    if updates:
+        raise NotImplementedError(
+            f"auto_schedule: the program has update stage(s) {updates} (tl.update), which the "
+            "search and its cost model do not handle yet; schedule it by hand "
+            "(tl.create_schedule)")
     seen[""] = Candidate([], predict(base, tgt), schedule=base)   # the declared loop nest
     seeded = []
     for k, sd in enumerate(seeds):

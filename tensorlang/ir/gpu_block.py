@@ -154,7 +154,7 @@ def _retarget(s: Stmt, old: Buffer, new: Buffer, indices=None) -> Stmt:
     def go(x: Stmt) -> Stmt:
         if isinstance(x, Store) and x.buffer is old:
             return Store(new, tuple(fe(i) for i in x.indices) if indices is None else indices,
-                         fe(x.value))
+                         fe(x.value), x.atomic)
         if isinstance(x, Allocate) and x.buffer is old:
             return Allocate(new, go(x.body))
         if isinstance(x, For):
@@ -170,7 +170,7 @@ def _retarget(s: Stmt, old: Buffer, new: Buffer, indices=None) -> Stmt:
         if isinstance(x, Allocate):
             return Allocate(x.buffer, go(x.body))
         if isinstance(x, Store):
-            return Store(x.buffer, tuple(fe(i) for i in x.indices), fe(x.value))
+            return Store(x.buffer, tuple(fe(i) for i in x.indices), fe(x.value), x.atomic)
         return x
     return go(s)
 
@@ -256,8 +256,8 @@ def _accumulator(loop: For) -> tuple[Buffer, tuple[Expr, ...], type] | None:
     private = {id(x.buffer) for x in walk_stmt(loop.body) if isinstance(x, Allocate)}
     found = None
     for st in walk_stmt(loop.body):
-        if not isinstance(st, Store) or id(st.buffer) in private:
-            continue
+        if not isinstance(st, Store) or id(st.buffer) in private or st.atomic:
+            continue            # (an atomic update needs no combining across threads)
         names = set().union(*(free_vars(i) for i in st.indices)) if st.indices else set()
         if names & mine:
             continue            # an element per thread

@@ -136,7 +136,12 @@ class Interpreter:
                 self.stmt(x)
         elif isinstance(s, Store):
             v = self.expr(s.value)
-            self.mem[id(s.buffer)][self.flat(s.buffer, s.indices)] = v
+            mem, at = self.mem[id(s.buffer)], self.flat(s.buffer, s.indices)
+            if s.atomic == "add":
+                v = mem[at] + v
+            elif s.atomic:
+                v = ieee_minmax(mem[at], v, s.atomic == "min")
+            mem[at] = v
         elif isinstance(s, For) and s.kind is LoopKind.GPU_THREAD and self.shared is None:
             self.block(s)
         elif isinstance(s, For):

@@ -80,7 +80,13 @@ def _stmt(s: Stmt, indent: int, out: list[str]) -> None:
         _stmt(s.body, indent + 1, out)
     elif isinstance(s, Store):
         idx = ", ".join(_expr(i) for i in s.indices)
-        out.append(f"{pad}{s.buffer.name}[{idx}] = {_expr(s.value)}")
+        if s.atomic == "add":
+            out.append(f"{pad}{s.buffer.name}[{idx}] += {_expr(s.value)}  # atomic")
+        elif s.atomic:
+            out.append(f"{pad}{s.buffer.name}[{idx}] = {s.atomic}({s.buffer.name}[{idx}], "
+                       f"{_expr(s.value)})  # atomic")
+        else:
+            out.append(f"{pad}{s.buffer.name}[{idx}] = {_expr(s.value)}")
     elif isinstance(s, Seq):
         for x in s.stmts:
             _stmt(x, indent, out)

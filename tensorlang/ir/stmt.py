@@ -56,9 +56,15 @@ class For(Stmt):
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Store(Stmt):
+    """buffer[indices] = value. With `atomic` ("add", "max" or "min", an update stage's
+    associative and commutative combiner), one indivisible read-modify-write instead:
+    buffer[indices] = buffer[indices] (+, max, min) value, safe when threads update the
+    same element at once."""
+
     buffer: Buffer
     indices: tuple[Expr, ...]
     value: Expr
+    atomic: str = ""
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)

@@ -84,7 +84,7 @@ def map_stmt(s: Stmt, fexpr: Callable[[Expr], Expr],
                        x.max_extent)
         if isinstance(x, Store):
             return Store(x.buffer if fbuf is None else fbuf(x.buffer),
-                         tuple(fexpr(i) for i in x.indices), fexpr(x.value))
+                         tuple(fexpr(i) for i in x.indices), fexpr(x.value), x.atomic)
         if isinstance(x, Seq):
             return Seq(tuple(go(y) for y in x.stmts))
         if isinstance(x, If):

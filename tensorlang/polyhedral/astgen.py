@@ -298,7 +298,8 @@ class _Translator:
         def go(x: Stmt) -> Stmt:
             x = map_children(x, go)
             if isinstance(x, Store) and id(x.buffer) in bufs:
-                return Store(x.buffer, tuple(index(i) for i in x.indices), x.value)
+                return Store(x.buffer, tuple(index(i) for i in x.indices), x.value,
+                             x.atomic)
             return x
 
         return map_stmt(go(body), lambda e: map_expr(e, load))

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 import islpy as isl
 
 from ..ir.dtype import int64
-from ..ir.expr import Expr, IndexCheck, Load, Var
+from ..ir.expr import Expr, IndexCheck, Load, ReduceVar, Var
 from ..ir.printer import expr_str
+from ..ir.stmt import If, Let, Seq, Stmt, Store
 from ..ir.visit import map_expr, map_stmt
 from .affine import affine_str
-from .model import Statement, access_map, statement_reads
+from .model import Statement, access_map, statement_reads, statement_writes
 
 
 @dataclass(frozen=True)
@@ -32,11 +33,13 @@ class CheckSite:
     access: str
     dim: int
     axes: tuple[str, ...]
+    writes: bool = False     # the index of a store (an update stage's data-dependent write)
 
     def message(self, value: int, extent: int, point: tuple[int, ...]) -> str:
         at = ", ".join(f"{a}={v}" for a, v in zip(self.axes, point))
         where = f"dimension {self.dim}" if self.dim else "the first dimension"
-        return (f"index out of bounds: {self.stage}[{at}] reads {self.access}, whose index "
+        verb = "writes" if self.writes else "reads"
+        return (f"index out of bounds: {self.stage}[{at}] {verb} {self.access}, whose index "
                 f"in {where} is {value}, outside {self.tensor}'s extent {extent} (valid "
                 f"0..{extent - 1}); indices that read data are checked at run time "
                 "(tl.build(..., checks=False) removes the checks when the indices are "
@@ -76,7 +79,21 @@ def insert_index_checks(statements: list[Statement], names: dict[int, str],
                 if affine_str(ix) is None or not _proven(st, ix, acc.guard, ext, params,
                                                          context):
                     dims.add(d)
-        if not any(todo.values()):
+        # stores at another index than the statement's own point (an update stage's write):
+        # each dimension that isl does not prove in range is checked, so that a wild index
+        # stops the kernel before the write
+        stores: dict[tuple, set[int]] = {}
+        for buf, indices in statement_writes(st):
+            if id(buf) in names:
+                key = (id(buf), tuple(expr_str(i) for i in indices))
+                if all(isinstance(ix, Var) and not isinstance(ix, ReduceVar) and
+                       ix.name in st.dims for ix in indices):
+                    continue      # a compute's store at its own point: in range
+                stores.setdefault(key, set()).update(
+                    d for d, (ix, ext) in enumerate(zip(indices, buf.shape))
+                    if affine_str(ix) is None or not _proven(st, ix, (), ext, params,
+                                                             context))
+        if not any(todo.values()) and not any(stores.values()):
             out.append(st)
             continue
         point = tuple(Var(d, int64) for d in st.dims)
@@ -101,8 +118,39 @@ def insert_index_checks(statements: list[Statement], names: dict[int, str],
             return Load(e.buffer, tuple(idx))
 
         body = map_stmt(st.body, lambda e, wrap=wrap: map_expr(e, wrap))
+
+        def check_store(x: Store, stores=stores, point=point, st=st) -> Store:
+            key = (id(x.buffer), tuple(expr_str(strip_index_checks(i)) for i in x.indices))
+            dims = stores.get(key)
+            if not dims:
+                return x
+            idx = list(x.indices)
+            for d in sorted(dims):
+                site = first + len(sites)
+                sites.append(CheckSite(labels.get(st.stage, st.stage), x.buffer.name,
+                                       f"{x.buffer.name}[{', '.join(key[1])}]", d, st.dims,
+                                       writes=True))
+                idx[d] = IndexCheck(idx[d], x.buffer.shape[d], site, point)
+            return Store(x.buffer, tuple(idx), x.value, x.atomic)
+
+        body = _map_stores(body, check_store)
         out.append(Statement(st.name, st.stage, st.dims, st.domain, body, st.is_init))
     return out, sites
+
+
+def _map_stores(s: Stmt, fn) -> Stmt:
+    """`s` (a statement's body: stores under Seq, Let and If) with `fn` applied to each
+    store."""
+    if isinstance(s, Store):
+        return fn(s)
+    if isinstance(s, Seq):
+        return Seq(tuple(_map_stores(x, fn) for x in s.stmts))
+    if isinstance(s, Let):
+        return Let(s.var, s.value, _map_stores(s.body, fn))
+    if isinstance(s, If):
+        return If(s.cond, _map_stores(s.then_body, fn),
+                  None if s.else_body is None else _map_stores(s.else_body, fn))
+    return s
 
 
 def strip_index_checks(e: Expr) -> Expr:

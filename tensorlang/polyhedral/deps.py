@@ -72,17 +72,20 @@ def _maps(u: isl.UnionMap) -> list[isl.Map]:
 
 def compute_dependences(times: list[TimedStatement], reads: isl.UnionMap,
                         writes: isl.UnionMap, info: dict[str, StatementInfo],
-                        reduction_updates: set[str]) -> list[Dependence]:
-    """RAW, WAR and WAW dependences of the program in the order given by `times`."""
+                        reduction_updates: set[str],
+                        may_writes: frozenset[str] = frozenset()) -> list[Dependence]:
+    """RAW, WAR and WAW dependences of the program in the order given by `times`.
+    `may_writes` are the statements whose write map is every element the write may reach
+    (a data-dependent index): their writes never hide earlier ones."""
     if not times:
         return []
     space = reads.get_space()
     order = union_all([t.time for t in times], space)
     maps = _maps(writes)
-    may_w = union_all([m for m in maps if m.get_tuple_name(isl.dim_type.in_)
-                       in reduction_updates], space)
-    must_w = union_all([m for m in maps if m.get_tuple_name(isl.dim_type.in_)
-                        not in reduction_updates], space)
+    may = set(reduction_updates) | set(may_writes)
+    may_w = union_all([m for m in maps if m.get_tuple_name(isl.dim_type.in_) in may], space)
+    must_w = union_all([m for m in maps if m.get_tuple_name(isl.dim_type.in_) not in may],
+                       space)
 
     def flow(sink, must, may, kill=None) -> isl.UnionMap:
         ai = isl.UnionAccessInfo.from_sink(sink).set_must_source(must).set_may_source(may)
@@ -91,7 +94,7 @@ def compute_dependences(times: list[TimedStatement], reads: isl.UnionMap,
         return ai.set_schedule_map(order).compute_flow().get_may_dependence()
 
     empty = isl.UnionMap.empty(space)
-    if writes.reverse().is_single_valued():
+    if not may_writes and writes.reverse().is_single_valued():
         # every element has at most one writer: no WAW, and RAW/WAR pairs are the write and
         # the reads of one element on either side of it; no flow analysis is needed. The
         # order is compared per pair of statements that share an element, not as
@@ -316,6 +319,10 @@ def check_legality(primitive: str, stage: str, times: list[TimedStatement],
                 continue
             if dep.reduction and lp.kind is LoopKind.GPU_THREAD:
                 continue    # a reduction across the block's threads (ir/gpu_block.py)
+            if lp.atomic and dep.src == dep.dst and b.loops[li].atomic:
+                # an update stage's atomic loop: its one statement is an associative and
+                # commutative read-modify-write, done indivisibly (schedule/update.py)
+                continue
             what = {LoopKind.PARALLEL: "parallel", LoopKind.VECTORIZED: "vectorized"}.get(
                 lp.kind, "bound to a GPU index")
             if dep.reduction:

@@ -17,6 +17,7 @@ from ..ir.stmt import Buffer, ExternCall, If, Let, LoopKind, Stmt, Store, seq
 from ..te.extern import ExternOp
 from ..te.reduce import Reduce
 from ..te.tensor import ComputeOp, IterVar, TupleBody
+from ..te.update import UpdateOp
 from .affine import affine_part, affine_str, condition_set, conjuncts
 
 
@@ -28,6 +29,7 @@ class Loop:
     kind: LoopKind = LoopKind.SERIAL
     thread_tag: str = ""
     max_extent: int | None = None  # constant bound on the trip count (vector/unroll loops)
+    atomic: bool = False  # an update stage's parallel loop whose updates are atomic
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,9 @@ def stage_statements(stage: str, op: ComputeOp, state: StageState,
         call = ExternCall(op.name, op.fn, op.inputs, (op.output,), op.library, op.what,
                           op.reads, op.writes)
         return [Statement(stage, stage, (), state.domain, call)]
+    if isinstance(op, UpdateOp):      # one statement over the reduce axes: out[index] = value
+        return [Statement(stage, stage, state.axes, state.domain,
+                          Store(op.output, op.body.index, op.body.value))]
     spatial = tuple(a.name for a in op.axis)
     idx = tuple(a.var for a in op.axis)
     body = op.body

@@ -597,7 +597,7 @@ def _rewrite_local(prog, entries: list[Entry], L: LocalBuffer) -> None:
 def _restore_stores(s: Stmt, L: LocalBuffer, shift) -> Stmt:
     if isinstance(s, Store):
         if s.buffer is L.tensor:
-            return Store(L.buffer, shift(s.indices), s.value)
+            return Store(L.buffer, shift(s.indices), s.value, s.atomic)
         return s
     if isinstance(s, Seq):
         return Seq(tuple(_restore_stores(x, L, shift) for x in s.stmts))

@@ -19,6 +19,7 @@ from ..polyhedral import BoundsViolation, generate_loops, timed_statements
 from ..polyhedral.checks import strip_index_checks
 from ..te.tensor import Tensor
 from .schedule import Schedule
+from .update import atomic_stores
 
 
 @dataclass
@@ -157,9 +158,13 @@ def lower(s: Schedule, args, name: str = "main", checks: bool = True,
             timed_stmts = timed_statements(pl.entries + pl.barriers)
             debug_print(4, "isl schedule", "\n".join(str(t.time) for t in timed_stmts))
             body = generate_loops(timed_stmts, prog.context, params, pl.locals)
+        body = atomic_stores(body, s)
         used = _stored_buffers(body)
-        allocs = [b for k, b in bufs.items()
-                  if k not in arg_ids and k not in inputs and k in used]
+        # an update stage and its init share one buffer (two tensors, one Buffer)
+        arg_buf_ids = {id(b) for b in arg_bufs}
+        allocs = list({id(b): b for k, b in bufs.items()
+                       if k not in arg_ids and k not in inputs and k in used
+                       and id(b) not in arg_buf_ids}.values())
         body = _replace_buffers(body, bufs)
         if has_gpu_loops(body):     # reductions across threads, a block's phases
             body = prepare_blocks(body)

@@ -31,10 +31,13 @@ from ..polyhedral.storage import check_folds
 from ..polyhedral.deps import (
     Dependence, StatementInfo, check_legality, check_self_read, compute_dependences,
 )
+from ..polyhedral.affine import affine_str
 from ..polyhedral.model import (
     Access, AccessRelations, StageState, Statement, access_map, buffer_box, identity_state,
-    statement_accesses, union_all,
+    statement_accesses, statement_writes, union_all,
 )
+from ..te.update import UpdateOp
+from .update import check_update_stage
 
 
 def _stage_vars(op) -> set[str]:
@@ -128,10 +131,10 @@ DEPS_CACHED = 256
 _DEPS: dict[tuple, list[Dependence]] = {}
 
 
-def _deps_key(times, access, info, reduction_updates) -> tuple:
+def _deps_key(times, access, info, reduction_updates, may_writes=frozenset()) -> tuple:
     return (tuple(str(t.time) for t in times), str(access.reads), str(access.writes),
             tuple(sorted((k, v.n_spatial) for k, v in info.items())),
-            tuple(sorted(reduction_updates)))
+            tuple(sorted(reduction_updates)), tuple(sorted(may_writes)))
 
 
 @dataclass
@@ -159,6 +162,7 @@ class StagePart:
     write_maps: list[isl.Map]
     stmt_reads: dict[str, dict[int, isl.Map]]
     stmt_writes: dict[str, dict[int, isl.Map]]
+    may_writes: frozenset[str] = frozenset()   # statements whose write index reads data
 
 
 @dataclass
@@ -184,6 +188,7 @@ class Program:
     tensors: dict[int, object] = field(default_factory=dict)   # the objects behind bufs' ids
     rebuilt: frozenset[str] = frozenset()   # stages whose parts are new in this program
     key: tuple = ()                         # (parameters, sizes): parts are reused within one
+    may_writes: frozenset[str] = frozenset()  # statements that may write any element
     _deps: list[Dependence] | None = field(default=None, repr=False)
     # (dependences, statement info, parts) of the program this one was built from, while
     # its own dependences are not computed yet
@@ -225,12 +230,13 @@ class Program:
                     self._deps = self._updated_deps(*self._base)
                 else:
                     times = self.times(self.initial)
-                    key = _deps_key(times, self.access, self.info, self.reduction_updates)
+                    key = _deps_key(times, self.access, self.info, self.reduction_updates,
+                                    self.may_writes)
                     self._deps = _DEPS.get(key)
                     if self._deps is None:
                         self._deps = compute_dependences(
                             times, self.access.reads, self.access.writes, self.info,
-                            self.reduction_updates)
+                            self.reduction_updates, self.may_writes)
                         _DEPS[key] = self._deps
                         while len(_DEPS) > DEPS_CACHED:
                             del _DEPS[next(iter(_DEPS))]
@@ -293,7 +299,7 @@ class Program:
         reads = union_all([m for p in parts for _x, _acc, m in p.per_read], space)
         writes = union_all([m for p in parts for m in p.write_maps], space)
         return kept + compute_dependences(times, reads, writes, self.info,
-                                          self.reduction_updates)
+                                          self.reduction_updates, self.may_writes)
 
     def moved(self, states, seeds: set[str]) -> set[str]:
         """The stages whose placed statements may change when those of `seeds` do: a stage
@@ -482,6 +488,10 @@ def build_program(schedule, prev: Program | None = None) -> Program:
 
     for t in list(schedule.placeholders) + [t for st in stages for t in st.op.outputs]:
         buffer(t)
+    for st in stages:     # an update runs in place: its init stage stores into its buffer
+        if isinstance(st.op, UpdateOp):
+            check_update_stage(schedule, st)
+            bufs[id(st.op.init)] = bufs[id(st.op.output)]
     accs: dict[str, tuple] = {}
     for st in stages:
         part = candidates.get(st.id)
@@ -508,6 +518,7 @@ def build_program(schedule, prev: Program | None = None) -> Program:
     sites: list[CheckSite] = []
     info: dict[str, StatementInfo] = {}
     reduction_updates: set[str] = set()
+    may_writes: set[str] = set()
     per_read: list = []
     write_maps: list = []
     stmt_reads: dict[str, dict[int, isl.Map]] = {}
@@ -530,6 +541,7 @@ def build_program(schedule, prev: Program | None = None) -> Program:
         sites.extend(part.sites)
         info.update(part.info)
         reduction_updates |= part.reduction_updates
+        may_writes |= part.may_writes
         per_read.extend(part.per_read)
         write_maps.extend(part.write_maps)
         stmt_reads.update(part.stmt_reads)
@@ -546,7 +558,7 @@ def build_program(schedule, prev: Program | None = None) -> Program:
                    [st.id for st in stages], reduction_updates,
                    {sid: p.initial for sid, p in parts.items()}, outputs, labels, sites,
                    stmt_reads, stmt_writes, parts, tensors, frozenset(rebuilt), key,
-                   _base=base)
+                   frozenset(may_writes), _base=base)
     for st in stages:
         if st.id in rebuilt and st.op.is_recurrence:
             _check_recurrence(prog, st)
@@ -589,10 +601,14 @@ def _stage_part(st, acc: tuple, names_of: dict[int, str], labels: dict[str, str]
             write_ids.add(k)
             write_maps.append(m)
     touched = _op_uses(st.op).reads | {id(t) for t in acc}
+    # a write whose index is not affine (it reads data) may reach any element
+    may = frozenset(x.name for x in mine for _buf, idx in statement_writes(x)
+                    if any(affine_str(i) is None for i in idx))
     return StagePart(st.op, st.op.body, state.domain, state.spatial_domain, initial, acc,
                      tuple((k, names_of.get(k)) for k in sorted(touched)),
                      frozenset(read_ids), frozenset(write_ids), first_site, sites, mine,
-                     info, reduction_updates, per_read, write_maps, stmt_reads, stmt_writes)
+                     info, reduction_updates, per_read, write_maps, stmt_reads, stmt_writes,
+                     may)
 
 
 def _check_recurrence(prog: Program, st) -> None:

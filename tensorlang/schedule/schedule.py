@@ -9,7 +9,7 @@ from ..deep import deep
 from ..errors import ScheduleError, TensorlangError
 from ..te.extern import ExternOp
 from ..te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
-from . import dataflow
+from . import dataflow, update
 from .program import build_program
 from .stage import (  # noqa: F401 (LoopAxis ... thread_axis: the schedule's API)
     MAX_LANES, MAX_UNROLL, THREAD_TAGS, LoopAxis, Stage, ThreadAxis, _int_arg, _substitute_tensor,
@@ -167,6 +167,9 @@ class Schedule:
         whole row-major buffers that no primitive can change."""
         def extern(st: Stage) -> bool:
             return isinstance(st.op, ExternOp)
+
+        if produced and isinstance(tensor, Tensor):   # an update and its init share a buffer
+            update.refuse_update(self, prim, tensor)
 
         if produced and isinstance(tensor, Tensor):
             st = self._by_op.get(id(tensor.op))

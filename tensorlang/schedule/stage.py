@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import ScheduleError
+from ..errors import IllegalScheduleError, ScheduleError
 from ..ir.expr import Load, Var
 from ..ir.stmt import LoopKind
 from ..ir.visit import map_expr, substitute
@@ -19,6 +19,7 @@ from ..polyhedral.transform import (
 )
 from ..te.extern import ExternOp
 from ..te.tensor import ComputeOp, IterVar, Tensor
+from . import update
 from .program import reads_tensor
 from .trace import Call, TraceEntry
 
@@ -420,18 +421,32 @@ class Stage:
         """Run a loop as one vector operation per statement (LLVM vector types). Serial or
         unrolled loops inside it run once for all lanes (a vector accumulator over an inner
         reduction loop, as TVM and Halide allow); the loop must carry no dependence."""
-        self._tag(loop, "vectorize", LoopKind.VECTORIZED)
+        try:
+            self._tag(loop, "vectorize", LoopKind.VECTORIZED)
+        except IllegalScheduleError as err:
+            raise update.explain_race(self, err, "vectorize") from None
 
-    def parallel(self, loop) -> None:
-        """Run a loop's iterations on the thread pool (TL_NUM_THREADS threads)."""
-        self._tag(loop, "parallel", LoopKind.PARALLEL)
+    def parallel(self, loop, atomic: bool = False) -> None:
+        """Run a loop's iterations on the thread pool (TL_NUM_THREADS threads). On an
+        update stage (tl.update) whose value is old + x, max(old, x) or min(old, x),
+        `atomic=True` makes each update an atomic read-modify-write, so iterations that
+        write the same element may run at once (schedule/update.py)."""
+        if atomic is True:
+            update.parallel_atomic(self, loop)
+            return
+        if atomic is not False:
+            raise ScheduleError(f"parallel: atomic must be True or False, got {atomic!r}")
+        try:
+            self._tag(loop, "parallel", LoopKind.PARALLEL)
+        except IllegalScheduleError as err:
+            raise update.explain_race(self, err, "parallel") from None
 
-    def bind(self, loop, thread) -> None:
+    def bind(self, loop, thread, atomic: bool = False) -> None:
         """Run a loop's iterations as GPU blocks or threads: `thread` is
         `tl.thread_axis("blockIdx.x")` (or y, z; threadIdx.x/y/z) or that name. Like
         `parallel`, it is refused with a witness when the loop carries a dependence; each
         index binds at most one loop of a stage. Kernels with bound loops build for
-        target="cuda" only."""
+        target="cuda" only. `atomic=True`: as `parallel`'s, for an update stage's loop."""
         tag = thread.tag if isinstance(thread, ThreadAxis) else thread
         if tag not in THREAD_TAGS:
             raise ScheduleError(f"bind: thread must be tl.thread_axis(name) or a name among "
@@ -442,8 +457,16 @@ class Stage:
                 raise ScheduleError(f"bind: {tag} already binds loop {lp.name} of stage "
                                     f"{self.id}; each GPU index binds one loop")
         kind = LoopKind.GPU_BLOCK if tag.startswith("blockIdx") else LoopKind.GPU_THREAD
+        if atomic is True:
+            update.bind_atomic(self, name, tag, kind)
+            return
+        if atomic is not False:
+            raise ScheduleError(f"bind: atomic must be True or False, got {atomic!r}")
         new = tag_dim(self.state, name, kind, tag)
-        self._apply(new, Call("bind", (name, tag)))
+        try:
+            self._apply(new, Call("bind", (name, tag)))
+        except IllegalScheduleError as err:
+            raise update.explain_race(self, err, "bind") from None
 
     def compute_at(self, parent, axis) -> None:
         """Compute this stage inside loop `axis` of stage `parent`, for each iteration of it
@@ -462,6 +485,7 @@ class Stage:
             raise ScheduleError(f"compute_at: stage {self.id} cannot be computed inside "
                                 "its own loop")
         self._refuse_extern("compute_at")
+        update.refuse_update(sch, "compute_at", self.op.output)
         ext = [st.id for st in sch.stages if isinstance(st.op, ExternOp) and
                any(t is self.op.output for t in st.op.inputs)]
         if ext:
@@ -592,6 +616,7 @@ class Stage:
         if self.inlined:
             raise ScheduleError(f"compute_inline: {self.id} is inlined already")
         self._refuse_extern("compute_inline")
+        update.refuse_update(sch, "compute_inline", self.op.output)
         ext = [st.id for st in sch.stages if isinstance(st.op, ExternOp) and
                any(t is self.op.output for t in st.op.inputs)]
         if ext:

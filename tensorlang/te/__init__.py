@@ -1,5 +1,5 @@
 """The tensor-expression language: placeholder, compute, reduce_axis, reducers, intrinsics,
-recurrences and scans."""
+recurrences, scans and update stages."""
 
 from .extern import (  # noqa: F401
     ExternBuffer, ExternOp, PackedCall, call_packed, contrib, extern, get_global_func,
@@ -15,6 +15,7 @@ from .reduce import (  # noqa: F401
 )
 from . import tir  # noqa: F401 (TVM's tvm.tir names)
 from .scan import scan  # noqa: F401
+from .update import UpdateOp, update  # noqa: F401
 from .tensor import (  # noqa: F401
     ComputeOp, IterVar, Operation, PlaceholderOp, Tensor, compute, placeholder, recurrence,
     reduce_axis, size_var, var,

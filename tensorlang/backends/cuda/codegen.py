@@ -83,7 +83,44 @@ template <typename T> __device__ __forceinline__ T tl_imax(T a, T b) { return a 
 template <typename T> __device__ __forceinline__ T tl_f2i(double x, double lo, double hi) {
   return (x != x) ? (T)0 : (x <= lo) ? (T)lo : (x >= hi) ? (T)hi : (T)x;
 }
+// an update stage's atomic maximum / minimum of a float (tl_max/tl_min's NaN and zero
+// rules): compare-and-swap on the bits until no other thread intervened
+__device__ __forceinline__ float tl_atomic_fmax(float *p, float v, bool mx) {
+  int *q = (int *)p;
+  int old = *q, seen;
+  do {
+    seen = old;
+    float f = __int_as_float(seen);
+    old = atomicCAS(q, seen, __float_as_int(mx ? tl_max(f, v) : tl_min(f, v)));
+  } while (old != seen);
+  return __int_as_float(old);
+}
+__device__ __forceinline__ double tl_atomic_fmax(double *p, double v, bool mx) {
+  unsigned long long *q = (unsigned long long *)p;
+  unsigned long long old = *q, seen;
+  do {
+    seen = old;
+    double f = __longlong_as_double((long long)seen);
+    old = atomicCAS(q, seen,
+                    (unsigned long long)__double_as_longlong(mx ? tl_max(f, v) : tl_min(f, v)));
+  } while (old != seen);
+  return __longlong_as_double((long long)old);
+}
 """
+
+
+def atomic_update(s: Store, elem: str, v: str) -> str:
+    """CUDA C of an atomic store (an update stage's atomic loop): atomicAdd, atomicMax or
+    atomicMin on integers (64-bit ones through unsigned long long for add, long long for
+    max and min), atomicAdd or tl_atomic_fmax's compare-and-swap on floats."""
+    d = s.buffer.dtype
+    t = C_TYPES[d.name]
+    if d.name == "int64" and s.atomic == "add":    # two's complement: the same bits
+        return (f"atomicAdd((unsigned long long *)&{elem}, (unsigned long long)(({t})({v})));")
+    if d.is_int or s.atomic == "add":
+        fn = {"add": "atomicAdd", "max": "atomicMax", "min": "atomicMin"}[s.atomic]
+        return f"{fn}(&{elem}, ({t})({v}));"
+    return f"tl_atomic_fmax(&{elem}, ({t})({v}), {'true' if s.atomic == 'max' else 'false'});"
 
 
 _INDEX_OPS = (Add, Sub, Mul, FloorDiv, FloorMod, Min, Max, Select, Cast, Var, Const,
@@ -286,6 +323,10 @@ class KernelWriter:
                 self.stmt(x)
         elif isinstance(s, Barrier):
             self.emit("__syncwarp();" if s.scope == "warp" else "__syncthreads();")
+        elif isinstance(s, Store) and s.atomic:
+            self.emit_checks(s)
+            self.emit(atomic_update(s, f"{s.buffer.name}[{self.flat(s.buffer, s.indices)}]",
+                                    self.expr(s.value)))
         elif isinstance(s, Store):
             self.emit_checks(s)
             v = self.expr(s.value)

@@ -28,7 +28,7 @@ def carried_loads(body, var: str) -> tuple[Store, list[Load]] | None:
     iteration; None otherwise. (Nothing else in the body writes the buffer: the body is
     the store alone.)"""
     if not isinstance(body, Store) or body.buffer.dtype.name not in CARRIED_DTYPES or \
-            body.buffer.dtype.lanes != 1:
+            body.buffer.dtype.lanes != 1 or body.atomic:
         return None
     v = next((y for x in body.indices for y in walk(x)
               if isinstance(y, Var) and y.name == var), None)

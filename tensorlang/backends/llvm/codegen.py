@@ -25,6 +25,7 @@ from ..abi import (  # noqa: F401 (AOT_THREADS ... record_entry_name: codegen's 
 )
 from .alias import AliasScopes, kernel_buffers
 from .arith import ArithCodegen
+from .atomic import AtomicCodegen
 from .checks import RECORD_VAR, CheckCodegen, global_record
 from .half import native_conversions
 from .loops import NAN_IGNORING, NAN_UNSPECIFIED, LoopCodegen
@@ -52,7 +53,7 @@ _LIBM = {"erf": ("erff", "erf")}
 INLINE_F32 = {"exp": exp_f32, "log": log_f32, "tanh": tanh_f32, "erf": erf_f32}  # vmath.py
 
 
-class FunctionCodegen(ArithCodegen, CheckCodegen, MemoryCodegen, TransposeCodegen,
+class FunctionCodegen(AtomicCodegen, ArithCodegen, CheckCodegen, MemoryCodegen, TransposeCodegen,
                       LoopCodegen):
     """One kernel's LLVM function: expressions, calls and statements here; arithmetic
     (arith.py), index checks (checks.py), memory (memory.py) and loops (loops.py) in the
@@ -252,6 +253,8 @@ class FunctionCodegen(ArithCodegen, CheckCodegen, MemoryCodegen, TransposeCodege
         if isinstance(s, Seq):
             for x in s.stmts:
                 self.stmt(x)
+        elif isinstance(s, Store) and s.atomic:
+            self.atomic_store(s)
         elif isinstance(s, Store):
             v = self.expr(s.value)
             v = self.cast(v, s.value.dtype, s.buffer.dtype)

@@ -96,7 +96,7 @@ def rebase_register_loops(s: Stmt, buf: Buffer) -> Stmt:
             idx = tuple(ex(i) for i in x.indices)
             if x.buffer is buf and shift:
                 idx = tuple(simplify(i) for i in idx)
-            return Store(x.buffer, idx, ex(x.value))
+            return Store(x.buffer, idx, ex(x.value), x.atomic)
         if isinstance(x, Seq):
             return Seq(tuple(go(y, shift) for y in x.stmts))
         if isinstance(x, If):

@@ -66,7 +66,7 @@ def _copy(cg, s: For) -> tuple[For, Store, Load, Expr | None] | None:
             not any(isinstance(x, Load) or (isinstance(x, Var) and x.name == s.var.name)
                     for x in walk(st.cond)):
         st, lanes_on = st.then_body, st.cond      # a tail tile: the lanes where it holds
-    if not (isinstance(st, Store) and isinstance(st.value, Load)):
+    if not (isinstance(st, Store) and isinstance(st.value, Load)) or st.atomic:
         return None
     ld = st.value
     dt = str(st.buffer.dtype)
