@@ -173,8 +173,11 @@ try:
     raise AssertionError("a fold of 2 rows was accepted")
 except tl.IllegalScheduleError as e:
     live, written = e.witness
-    print(f"fold_storage(y, 2) refused: blur_x{tuple(written.values())} would overwrite "
-          f"blur_x{tuple(live.values())} while it is still read")
+    def at(pt):
+        return "blur_x[" + ", ".join(f"{k}={v}" for k, v in pt.items()) + "]"
+    print(f"fold_storage(y, 2) refused: {at(written)} would overwrite {at(live)} (the same "
+          f"slot, row y % 2) while it is still to be read")
+    assert live["x"] == written["x"] and (live["y"] - written["y"]) % 2 == 0
 
 # %% ------------------------------------------------------------- 4. an extern stage
 # A stage computed by your function `fn(*inputs, out)` on numpy views of the kernel's
