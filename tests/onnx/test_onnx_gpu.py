@@ -27,9 +27,9 @@ from tests.onnx.test_onnx_import import small_cnn  # noqa: E402
 
 GPU = pytest.mark.skipif(not _has_gpu(), reason="needs an NVIDIA GPU and pycuda")
 NVCC = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
-# the models whose kernels CI's main step compiles (together they have every operator kind
-# of the zoo but LRN's and batch norm's: those are in the slow step's models)
-MAIN_STEP = ("squeezenet",)
+# the models of CI's main step (one kernel per sequence of fused operators: the schedules
+# that differ); the slow step compiles every kernel of every model
+MAIN_STEP = ("squeezenet", "bert")
 
 
 def _ort(model, feed):
@@ -52,19 +52,23 @@ def _graph(name):
     return outs
 
 
-def cuda_kernels(outs) -> list[tuple[str, tuple, object]]:
+def cuda_kernels(outs, sample: bool = False) -> list[tuple[str, tuple, object]]:
     """(the group's operators, its input shapes, the module built for "cuda") of every
     distinct kernel of the executor's plan for `outs` (a group without a GPU schedule raises,
-    naming it)."""
+    naming it); with `sample`, of the first group of each sequence of operators only, and
+    of one matmul (every matmul group takes `schedule.gpu.matmul`, its epilogue inlined)."""
     shapes, dtypes, groups = executor.declared_groups(outs, "cuda_kernels", "cuda")
     seen, out = set(), []
     for g in groups:
         ins = executor._Plan._inputs(g)
         key = (executor._members(g, ins), tuple(shapes[i.id] for i in ins),
                tuple(dtypes[i.id] for i in ins))
-        if key in seen:
+        ops = tuple(m[0] for m in key[0])
+        if ops[0] == "matmul":
+            ops = ("matmul",)
+        if key in seen or sample and ops in seen:
             continue
-        seen.add(key)
+        seen.update((key, ops))
         (mod, _), = executor.compile_groups([key], "cuda")
         out.append(("+".join(m[0] for m in key[0]), key[1], mod))
     return out
@@ -95,11 +99,20 @@ def assert_nvcc_compiles(kernels, tmp_path) -> None:
 
 
 @NVCC
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=() if n in MAIN_STEP else pytest.mark.slow)
-    for n in ("bert",) + LIGHT_MODELS])
+@pytest.mark.parametrize("name", MAIN_STEP)
+def test_each_kind_of_kernel_of_the_model_builds_for_cuda_and_compiles_with_nvcc(name,
+                                                                              tmp_path):
+    _check_kernels(cuda_kernels(_graph(name), sample=True), tmp_path)
+
+
+@NVCC
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ("bert",) + LIGHT_MODELS)
 def test_every_kernel_of_the_model_builds_for_cuda_and_compiles_with_nvcc(name, tmp_path):
-    kernels = cuda_kernels(_graph(name))
+    _check_kernels(cuda_kernels(_graph(name)), tmp_path)
+
+
+def _check_kernels(kernels, tmp_path) -> None:
     assert kernels
     for ops, shapes, mod in kernels:    # a launch of one thread is a stage left unbound
         assert any(la.threads > 1 for la in mod.cuda.launches), (ops, shapes)
@@ -124,6 +137,23 @@ def test_the_bert_layer_runs_with_the_gpu_schedules(simulated, rng):   # noqa: F
         xv = rng.standard_normal((b, s, 8)).astype("f4")
         (got,) = rep.run([xv])
         np.testing.assert_allclose(got, _ort(model, {"x": xv})[0], rtol=1e-4, atol=1e-5)
+
+
+def test_a_refused_gpu_schedule_is_an_error_naming_the_operators(simulated, monkeypatch,  # noqa: F811
+                                                                  rng):
+    """No silent fallback to the declared nest (one GPU thread): the node, its operator and
+    the group's operators are named."""
+    import tensorlang as tl
+    from tensorlang.schedule import gpu
+
+    def refuse(s, threads=256):
+        raise tl.ScheduleError("bind_all: refused here")
+
+    monkeypatch.setattr(gpu, "bind_all", refuse)
+    rep = TO.Backend.prepare(small_cnn(rng), device="CUDA")
+    with pytest.raises(tl.TensorlangError, match=r"node \S+ \((\w+)\): cannot compile: "
+                       r"executor: no GPU schedule for \1[ +\w]* -> .*bind_all: refused here"):
+        rep.run([rng.standard_normal((1, 3, 9, 9)).astype("f4")])
 
 
 # ------------------------------------------------------------------- on a GPU
