@@ -119,6 +119,7 @@ def _check_kernels(kernels, tmp_path) -> None:
     assert_nvcc_compiles(kernels, tmp_path)
 
 
+@pytest.mark.slow    # the interpreter runs each GPU thread in Python
 def test_a_small_cnn_runs_with_the_gpu_schedules(simulated, rng):   # noqa: F811
     """Conv (padded), batch norm (folded), Relu, MaxPool (padded), Flatten, Gemm, Softmax
     with the GPU schedules, in the interpreter: onnxruntime's outputs."""
@@ -128,6 +129,7 @@ def test_a_small_cnn_runs_with_the_gpu_schedules(simulated, rng):   # noqa: F811
     np.testing.assert_allclose(got, _ort(model, {"x": xv})[0], rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow    # the interpreter runs each GPU thread in Python
 def test_the_bert_layer_runs_with_the_gpu_schedules(simulated, rng):   # noqa: F811
     """The BERT-style layer (attention, LayerNorm, an Erf GELU) with the GPU schedules, in
     the interpreter, at two sizes from one prepare: onnxruntime's outputs."""
