@@ -1,8 +1,8 @@
 """tensorlang: a tensor compiler whose loop schedules are checked exactly with isl."""
 
 from .errors import (  # noqa: F401
-    BoundsError, IllegalScheduleError, IndexBoundsError, ScheduleError, TensorlangError,
-    TuningLogWarning,
+    BoundsError, IllegalScheduleError, IndexBoundsError, NoGPUScheduleError, ScheduleError,
+    TensorlangError, TuningLogWarning,
 )
 from .ir.dtype import DType  # noqa: F401
 from .ir.expr import Expr, Var, const  # noqa: F401

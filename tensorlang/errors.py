@@ -12,6 +12,11 @@ class ScheduleError(TensorlangError):
     """A schedule primitive was misused (wrong axis, bad factor, ...)."""
 
 
+class NoGPUScheduleError(ScheduleError, NotImplementedError):
+    """A GPU target's default schedule refused a kernel (the executor never runs a GPU
+    kernel with loops left unbound: they would run on one thread)."""
+
+
 class IllegalScheduleError(ScheduleError):
     """A schedule would change the result of the computation.
 

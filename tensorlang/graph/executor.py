@@ -24,7 +24,7 @@ import numpy as np
 
 import tensorlang as tl
 
-from ..errors import ScheduleError
+from ..errors import NoGPUScheduleError, ScheduleError
 from ..config import cache_dir, debug_print, strict, tune_budget, tune_log
 from ..autoschedule.records import program_key, recorded
 from .cpu_schedules import conv_block, default_schedule, register_tile  # noqa: F401 (API)
@@ -67,13 +67,15 @@ def _gpu_matmul_tiles(m: int, n: int, batch: int = 1):
     return block, thread
 
 
-def gpu_schedule(out: tl.Tensor, kind: str, fresh, anchor: tl.Tensor | None = None):
+def gpu_schedule(out: tl.Tensor, kind: str, fresh, anchor: tl.Tensor | None = None,
+                 ops: tuple = ()):
     """The default GPU schedule of a group: a matmul (with its epilogue) tiled through
     shared memory and registers (`schedule.gpu.matmul`); a softmax or layer norm as one
     kernel, a block per row (`schedule.gpu.rows`); a reduction across the threads of a
     block (`schedule.gpu.reduce`); then every other stage at root with one thread per
     output element. Never the declared nest: a kernel with no bound loop would run on one
-    GPU thread, so a refused primitive is an error here."""
+    GPU thread, so a refused primitive is a `NoGPUScheduleError` naming the group's
+    operators `ops`."""
     from ..schedule import gpu
 
     s = fresh()
@@ -105,9 +107,9 @@ def gpu_schedule(out: tl.Tensor, kind: str, fresh, anchor: tl.Tensor | None = No
                     gpu.reduce(s, st.op.output, min(256, _pow2(n)))
         gpu.bind_all(s)
     except ScheduleError as e:
-        raise NotImplementedError(
-            f"executor: no GPU schedule for {out.name} "
-            f"{tuple(int(x.value) for x in out.shape)} ({kind}): {e}") from e
+        raise NoGPUScheduleError(
+            f"executor: no GPU schedule for {' + '.join(ops) or out.name} -> "
+            f"{tuple(int(x.value) for x in out.shape)} ({kind} kernel): {e}") from e
     return s
 
 
@@ -360,7 +362,8 @@ def schedule_group_for_cache(members: tuple, shapes: tuple, dtypes: tuple,
         anchor = None       # the output reads only the matmul's shape (an `unreduce`)
     kind = anchor_kind if anchor is not None else "rows" if kept else kinds[-1]
     if backend_kind(target) in GPU_KINDS:
-        return gpu_schedule(out, kind, fresh, anchor), ins, out, None, None, "gpu"
+        return gpu_schedule(out, kind, fresh, anchor, tuple(m[0] for m in members)), ins, \
+            out, None, None, "gpu"
     work = _work(tshapes[-1], shapes)
     mode = resolved_mode(members, shapes, schedules)
     if schedules in ("default", "model") and mode == "hand":

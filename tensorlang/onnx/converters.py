@@ -17,12 +17,21 @@ from .dtypes import ONNXImportError, ValueNeededError, as_graph_array, graph_dty
 def fold(node, ins, opset: int) -> list:
     """The outputs of a node whose inputs are all known, by onnx.reference at the model's
     opset."""
+    from onnx import TensorProto, helper as oh
     from onnx.reference import ReferenceEvaluator
 
     names = [i for i in node.input]
     feeds = {n: v for n, v in zip(names, ins) if n}
-    ref = ReferenceEvaluator(node, opsets={"": opset})
-    return [np.asarray(o) for o in ref.run(None, feeds)]
+    # the node in a model of the opset: given a bare node, the evaluator takes the newest
+    # version of the operator whatever `opsets` says (Unsqueeze 13's axes input for an
+    # Unsqueeze 9 whose axes are an attribute)
+    outs = [n for n in node.output if n]
+    g = oh.make_graph([node], "fold", [
+        oh.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in feeds], [
+        oh.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in outs])
+    ref = ReferenceEvaluator(oh.make_model(g, opset_imports=[oh.make_opsetid("", opset)]))
+    got = dict(zip(outs, ref.run(None, feeds)))
+    return [np.asarray(got[n]) if n else None for n in node.output]   # "": an omitted output
 
 
 # ------------------------------------------------------------------------- helpers
