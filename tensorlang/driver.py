@@ -137,6 +137,13 @@ class Module:
             return
         names = [p.name for p in self._params]
         fix = " and ".join(f"{n} = {v}" for n, v in zip(names, values)) or "1 = 1"
+        env = dict(zip(names, values))
+        for p, fs in getattr(self.lowered, "products", {}).items():   # n * m's parameter
+            prod = 1
+            for f in fs:
+                prod *= int(env[f])
+            names.append(p)
+            fix += f" and {p} = {prod}"
         point = isl.Set(f"[{', '.join(names)}] -> {{ : {fix} }}")
         for v in self._violations:
             if not v.where.intersect_params(point).is_empty():

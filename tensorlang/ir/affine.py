@@ -13,14 +13,63 @@ from .visit import walk
 
 def affine_str(e: Expr) -> str | None:
     """isl text of an integer affine expression of variables and constants, or None."""
+    return _affine(e, False)
+
+
+def size_str(e: Expr) -> str | None:
+    """isl text of a size expression (an extent or a shape), or None: like `affine_str`, but
+    a product of two or more variables (`n * m`, `2 * n * m`) is the product parameter
+    `product_name(...)` (times its constant), which the program declares as one more isl
+    parameter whose value the kernel computes from its factors. Only for expressions whose
+    variables are all sizes: a loop variable times a size is not affine."""
+    return _affine(e, True)
+
+
+PRODUCT_PREFIX = "prod__"
+
+
+def product_name(factors) -> str:
+    """The isl parameter of the product of the size variables `factors` (any order)."""
+    return PRODUCT_PREFIX + "__".join(sorted(factors))
+
+
+def monomial(e: Expr) -> tuple[int, list[str]] | None:
+    """(coefficient, variable names) of a product of integer constants and variables."""
+    if isinstance(e, Var):
+        return 1, [e.name]
+    if isinstance(e, Const):
+        return (int(e.value), []) if e.dtype.is_int else None
+    if isinstance(e, Cast) and e.dtype.is_int and e.value.dtype.is_int:
+        return monomial(e.value)
+    if isinstance(e, Mul):
+        a, b = monomial(e.a), monomial(e.b)
+        if a is None or b is None:
+            return None
+        return a[0] * b[0], a[1] + b[1]
+    return None
+
+
+def size_products(e: Expr) -> dict[str, tuple[str, ...]]:
+    """The products of two or more variables in size expression `e` (what `size_str`
+    names): product parameter -> its factors, sorted."""
+    out: dict[str, tuple[str, ...]] = {}
+    for x in walk(e):
+        if isinstance(x, Mul):
+            mono = monomial(x)
+            if mono is not None and len(mono[1]) >= 2:
+                out[product_name(mono[1])] = tuple(sorted(mono[1]))
+    return out
+
+
+def _affine(e: Expr, products: bool) -> str | None:
     if isinstance(e, Var):
         return e.name
     if isinstance(e, Const):
         return str(int(e.value)) if e.dtype.is_int else None
     if isinstance(e, Cast):
-        return affine_str(e.value) if e.dtype.is_int and e.value.dtype.is_int else None
+        return _affine(e.value, products) if e.dtype.is_int and e.value.dtype.is_int else None
     if isinstance(e, (Add, Sub, Min, Max)):
-        a, b = affine_str(e.a), affine_str(e.b)
+        a, b = _affine(e.a, products), _affine(e.b, products)
         if a is None or b is None:
             return None
         if isinstance(e, Min):
@@ -31,12 +80,16 @@ def affine_str(e: Expr) -> str | None:
     if isinstance(e, Mul):
         for x, y in ((e.a, e.b), (e.b, e.a)):
             if isinstance(y, Const) and y.dtype.is_int:
-                a = affine_str(x)
+                a = _affine(x, products)
                 return None if a is None else f"({y.value} * {a})"
+        if products:
+            mono = monomial(e)
+            if mono is not None and len(mono[1]) >= 2:
+                return f"({mono[0]} * {product_name(mono[1])})"
         return None
     if isinstance(e, (FloorDiv, FloorMod)):
         if isinstance(e.b, Const) and e.b.dtype.is_int and e.b.value > 0:
-            a = affine_str(e.a)
+            a = _affine(e.a, products)
             if a is None:
                 return None
             c = e.b.value

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import islpy as isl
 
-from ..ir.affine import affine_str, interval_condition  # noqa: F401 (the model's API)
+from ..ir.affine import (  # noqa: F401 (the model's API)
+    PRODUCT_PREFIX, affine_str, interval_condition, product_name, size_products, size_str,
+)
 from ..ir.expr import EQ, GE, GT, LE, LT, NE, And, Const, Expr, Not, Or
 
 _CMP = {LT: "<", LE: "<=", GT: ">", GE: ">=", EQ: "="}

@@ -15,6 +15,7 @@ import islpy as isl
 
 from ..errors import BoundsError
 from ..ir.printer import expr_str
+from .affine import PRODUCT_PREFIX
 from .model import AccessRelations, Statement
 
 
@@ -37,9 +38,16 @@ class BoundsViolation:
 
     def message(self, params: isl.Set | None = None) -> str:
         w = self.witness(params)
-        at = ", ".join(f"{k}={v}" for k, v in w.items())
+        # a product parameter (n * m's) shows as the product it stands for
+        at = ", ".join(f"{_shown(k)}={v}" for k, v in w.items())
         return (f"{self.stmt} reads {self.text} outside its bounds, e.g. at {at}; guard the "
                 "read with tl.if_then_else, or make the domain smaller")
+
+
+def _shown(name: str) -> str:
+    if name.startswith(PRODUCT_PREFIX):
+        return "*".join(name[len(PRODUCT_PREFIX):].split("__"))
+    return name
 
 
 def check_bounds(statements: list[Statement], access: AccessRelations,

@@ -19,7 +19,7 @@ from ..ir.expr import Expr, IndexCheck, Load, ReduceVar, Var
 from ..ir.printer import expr_str
 from ..ir.stmt import If, Let, Seq, Stmt, Store
 from ..ir.visit import map_expr, map_stmt
-from .affine import affine_str
+from .affine import affine_str, size_str
 from .model import Statement, access_map, statement_reads, statement_writes
 
 
@@ -49,7 +49,7 @@ class CheckSite:
 def _proven(st: Statement, index: Expr, guard, extent: Expr, params: str,
             context: isl.Set) -> bool:
     """Whether isl shows the affine `index` in [0, extent) wherever the read happens."""
-    ext = affine_str(extent)
+    ext = size_str(extent)
     if ext is None:
         return False
     box = isl.Set(f"[{params}] -> {{ X[a] : 0 <= a < {ext} }}")

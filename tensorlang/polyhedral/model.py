@@ -18,7 +18,7 @@ from ..te.extern import ExternOp
 from ..te.reduce import Reduce
 from ..te.tensor import ComputeOp, IterVar, TupleBody
 from ..te.update import UpdateOp
-from .affine import affine_part, affine_str, condition_set, conjuncts
+from .affine import affine_part, affine_str, condition_set, conjuncts, size_str
 
 
 @dataclass(frozen=True)
@@ -84,11 +84,13 @@ def identity_state(stage: str, op: ComputeOp, params: str) -> StageState:
 
 
 def _bound(e: Expr, who: str) -> str:
-    s = affine_str(e)
+    s = size_str(e)
     if s is None:
         raise NotImplementedError(
             f"{who}: extent {e} is not affine in the size variables; tensorlang's isl model "
-            "needs sums of constant multiples of tl.var sizes"
+            "needs sums of constant multiples of tl.var sizes and of their products "
+            "(n * m is a parameter of its own); a division or modulo by a size is not "
+            "representable"
         )
     return s
 

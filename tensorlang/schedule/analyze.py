@@ -173,10 +173,20 @@ def analyze(s: Schedule, args, sizes: dict[str, int] | None = None) -> Report:
                                   f"use (its sizes are {sorted(prog.sizes)})")
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise TensorlangError(f"analyze: sizes[{k!r}] must be an int >= 0, got {v!r}")
-    missing = [p for p in prog.names if p in prog.sizes and p not in sizes]
+    for k in sizes:
+        if k in prog.products:
+            raise TensorlangError(f"analyze: sizes names {k!r}, the product of "
+                                  f"{' * '.join(prog.products[k])}; give its factors")
+    missing = [p for p in prog.names if p in prog.sizes and p not in sizes
+               and p not in prog.products]
     if missing:
         raise TensorlangError(f"analyze: give concrete values for the sizes {missing} "
                               "(sizes={...})")
+    for p, fs in prog.products.items():   # a product parameter (n * m) from its factors
+        prod = 1
+        for f in fs:
+            prod *= sizes[f]
+        sizes[p] = prod
     conds = " and ".join(f"{k} = {v}" for k, v in sizes.items()) or "1 = 1"
     ctx = isl.Set(f"[{prog.ptext}] -> {{ : {conds} }}")
     pl = prog.place({st.id: st.state for st in s.stages})

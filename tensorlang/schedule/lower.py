@@ -41,6 +41,9 @@ class LoweredFunc:
     writes: isl.UnionMap | None = None  # statement instance -> element written
     checks: list = field(default_factory=list)  # CheckSite of each IndexCheck in body
     refuse: Expr | None = None          # sizes under which some read leaves its tensor
+    # product parameters of isl's model (`n * m` in a shape or extent): name -> factors;
+    # the kernel computes them from their factors, so they are not in `params`
+    products: dict = field(default_factory=dict)
 
     def __str__(self) -> str:
         sig = []
@@ -102,13 +105,19 @@ def _stored_buffers(body: Stmt) -> set[int]:
     return out
 
 
-def refusal(violations, params: list[Var]) -> Expr | None:
+def refusal(violations, params: list[Var], products: dict | None = None) -> Expr | None:
     """The condition on the sizes under which some read leaves its tensor (None: never),
-    as an IR expression: isl's set of bad sizes, translated where isl lives."""
+    as an IR expression: isl's set of bad sizes, translated where isl lives (a product
+    parameter is the product of its factors)."""
     from ..polyhedral.placement import set_expr
 
     bad = None
-    pmap = {p.name: p for p in params}
+    pmap: dict = {p.name: p for p in params}
+    for p, fs in (products or {}).items():
+        e = pmap[fs[0]]
+        for f in fs[1:]:
+            e = e * pmap[f]
+        pmap[p] = e
     for v in violations:
         cond = set_expr(v.where.params(), {}, pmap, [])
         bad = cond if bad is None else bad | cond
@@ -179,10 +188,10 @@ def lower(s: Schedule, args, name: str = "main", checks: bool = True,
     for a in scalar_args:
         if a.name not in params:
             raise TensorlangError(f"args: the variable {a.name} is not used by the schedule")
-    plist = [params[n] for n in names]
+    plist = [params[n] for n in names if n not in prog.products]
     f = LoweredFunc(name, args, arg_bufs, plist, body, violations, ptext, access.reads,
                     access.writes, list(prog.sites) if checks else [],
-                    refusal(violations, plist))
+                    refusal(violations, plist, prog.products), dict(prog.products))
     debug_print(2, "loop nest", f)
     return f
 

@@ -31,7 +31,7 @@ from ..polyhedral.storage import check_folds
 from ..polyhedral.deps import (
     Dependence, StatementInfo, check_legality, check_self_read, compute_dependences,
 )
-from ..polyhedral.affine import affine_str
+from ..polyhedral.affine import affine_str, size_products
 from ..polyhedral.model import (
     Access, AccessRelations, StageState, Statement, access_map, buffer_box, identity_state,
     statement_accesses, statement_writes, union_all,
@@ -101,15 +101,32 @@ def reads_tensor(op, tensor) -> bool:
 
 
 def program_params(schedule) -> tuple[list[str], set[str]]:
-    """All scalar variables of the program (first-use order) and those that are sizes."""
+    """All scalar variables of the program (first-use order) and those that are sizes. A
+    product of sizes in a shape or an extent (`n * m`) is one more size parameter
+    (`product_name`), after its factors: isl reasons about it as a parameter of its own."""
+    order, sizes, _products = _params_and_products(schedule)
+    return order, sizes
+
+
+def program_products(schedule) -> dict[str, tuple[str, ...]]:
+    """The product parameters of the program (`product_name(factors)` -> factors)."""
+    return _params_and_products(schedule)[2]
+
+
+def _params_and_products(schedule):
     order: dict[str, None] = {}
     sizes: set[str] = set()
+    products: dict[str, tuple[str, ...]] = {}
     tensors = list(schedule.placeholders) + [t for st in schedule.stages for t in st.op.outputs]
-    for t in tensors:
-        for s in t.shape:
-            for n in free_vars(s):
-                order.setdefault(n, None)
-                sizes.add(n)
+    exprs = [s for t in tensors for s in t.shape]
+    for st in schedule.stages:
+        axes = list(st.op.axis) + list(st.op.reduce_axis)
+        exprs.extend(x for a in axes for x in (a.min, a.extent))
+    for s in exprs:
+        for n in free_vars(s):
+            order.setdefault(n, None)
+            sizes.add(n)
+        products.update(size_products(s))
     for st in schedule.stages:
         u = _op_uses(st.op)
         for n in u.sizes:
@@ -117,7 +134,10 @@ def program_params(schedule) -> tuple[list[str], set[str]]:
             sizes.add(n)
         for n in u.scalars:
             order.setdefault(n, None)
-    return list(order), sizes
+    for p in products:
+        order.setdefault(p, None)
+        sizes.add(p)
+    return list(order), sizes, products
 
 
 # Dependences by the isl text of what they are computed from (the declared order's time
@@ -189,6 +209,9 @@ class Program:
     rebuilt: frozenset[str] = frozenset()   # stages whose parts are new in this program
     key: tuple = ()                         # (parameters, sizes): parts are reused within one
     may_writes: frozenset[str] = frozenset()  # statements that may write any element
+    # product parameters (`n * m` in a shape or extent): name -> factors; params maps the
+    # name to the product of its factors, which the kernel computes (never an argument)
+    products: dict[str, tuple[str, ...]] = field(default_factory=dict)
     _deps: list[Dependence] | None = field(default=None, repr=False)
     # (dependences, statement info, parts) of the program this one was built from, while
     # its own dependences are not computed yet
@@ -427,9 +450,19 @@ def expand_dependences(prog: Program, pl: Placement, states,
     return out, info, reads, writes
 
 
-def _context(params: list[str], sizes: set[str]) -> isl.Set:
-    conds = " and ".join(f"{p} >= 0" for p in params if p in sizes) or "1 = 1"
-    return isl.Set(f"[{', '.join(params)}] -> {{ : {conds} }}")
+def _context(params: list[str], sizes: set[str],
+             products: dict[str, tuple[str, ...]] | None = None) -> isl.Set:
+    """Sizes are >= 0. A product parameter p = f1 * ... * fk is not affine in its factors,
+    but isl is told what is: p = 0 when a factor is 0, else p >= each factor (and, for
+    two, p >= f1 + f2 - 1), so that bounds proofs and witnesses respect it."""
+    conds = [f"{p} >= 0" for p in params if p in sizes]
+    for p, fs in (products or {}).items():
+        zero = " or ".join(f"{f} = 0" for f in fs)
+        pos = [f"{f} >= 1" for f in fs] + [f"{p} >= {f}" for f in fs]
+        if len(fs) == 2:
+            pos.append(f"{p} >= {fs[0]} + {fs[1]} - 1")
+        conds.append(f"(({p} = 0 and ({zero})) or ({' and '.join(pos)}))")
+    return isl.Set(f"[{', '.join(params)}] -> {{ : {' and '.join(conds) or '1 = 1'} }}")
 
 
 def build_program(schedule, prev: Program | None = None) -> Program:
@@ -440,7 +473,7 @@ def build_program(schedule, prev: Program | None = None) -> Program:
     same names for the buffers it touches) is taken from it instead of being rebuilt, and
     the dependences are updated from its (`Program._updated_deps`). The result is the
     program a build from scratch makes, up to the order of its dependences."""
-    names, sizes = program_params(schedule)
+    names, sizes, products = _params_and_products(schedule)
     ptext = ", ".join(names)
     key = (ptext, frozenset(sizes))
     if prev is not None and prev.key != key:
@@ -458,8 +491,16 @@ def build_program(schedule, prev: Program | None = None) -> Program:
         if [sid for sid in prev.order if sid in candidates] != \
                 [st.id for st in stages if st.id in candidates]:
             candidates = {}
-    params = prev.params if prev is not None else {n: Var(n, int64) for n in names}
-    context = prev.context if prev is not None else _context(names, sizes)
+    if prev is not None:
+        params = prev.params
+    else:   # a product parameter stands for the product of its factors in the loop IR
+        params = {n: Var(n, int64) for n in names if n not in products}
+        for p, fs in products.items():
+            e = params[fs[0]]
+            for f in fs[1:]:
+                e = e * params[f]
+            params[p] = e
+    context = prev.context if prev is not None else _context(names, sizes, products)
     space = prev.access.space if prev is not None else \
         isl.Set(f"[{ptext}] -> {{ : }}").get_space()
     used: set[str] = set()
@@ -558,7 +599,7 @@ def build_program(schedule, prev: Program | None = None) -> Program:
                    [st.id for st in stages], reduction_updates,
                    {sid: p.initial for sid, p in parts.items()}, outputs, labels, sites,
                    stmt_reads, stmt_writes, parts, tensors, frozenset(rebuilt), key,
-                   frozenset(may_writes), _base=base)
+                   frozenset(may_writes), products=products, _base=base)
     for st in stages:
         if st.id in rebuilt and st.op.is_recurrence:
             _check_recurrence(prog, st)
