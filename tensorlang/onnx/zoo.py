@@ -138,4 +138,6 @@ def bert_layer(rng, d=32, heads=4, ff=64):
         "x", TensorProto.FLOAT, ["batch", "seq", d])], [oh.make_tensor_value_info(
             "y", TensorProto.FLOAT, ["batch", "seq", d])],
         list(W.values()) + list(B.values()) + list(c.values()))
-    return oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
+    # IR version 8 (opset 17's): onnx.helper stamps its own newest, which an older
+    # onnxruntime refuses ("Unsupported model IR version")
+    return oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)], ir_version=8)
