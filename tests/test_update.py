@@ -461,3 +461,31 @@ def test_nvptx_atomic_histogram_is_one_atom_add():
     s[hist].bind(ry, "threadIdx.x", atomic=True)
     ptx = tl.build(s, [im, hist], target="nvptx").get_source()
     assert "atom.global.add.u32" in ptx
+
+
+def _atomic_histogram_on_gpu(target):
+    im, hist = histogram(64, 64)
+    s = tl.create_schedule(hist)
+    rx, ry = hist.op.reduce_axis
+    io, ii = s[hist.op.init].split(hist.op.init.op.axis[0], factor=64)
+    s[hist.op.init].bind(io, "blockIdx.x")
+    s[hist.op.init].bind(ii, "threadIdx.x")
+    s[hist].bind(rx, "blockIdx.x", atomic=True)
+    s[hist].bind(ry, "threadIdx.x", atomic=True)
+    return tl.build(s, [im, hist], target=target)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("target", ["cuda", "nvptx"])
+def test_the_atomic_histogram_runs_right_on_the_gpu(target):
+    from tests.cuda.test_cuda import _has_gpu
+
+    if not _has_gpu():
+        pytest.skip("needs an NVIDIA GPU and pycuda")
+    f = _atomic_histogram_on_gpu(target)
+    rng = np.random.default_rng(7)
+    for _ in range(5):          # 4096 threads adding into 256 bins: a race would lose counts
+        a = rng.integers(0, 256, (64, 64)).astype("int32")
+        out = np.zeros(256, "int32")
+        f(a, out)
+        np.testing.assert_array_equal(out, hist_ref(a, 256))
