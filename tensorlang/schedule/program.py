@@ -21,7 +21,7 @@ from ..ir.dtype import int64
 from ..ir.expr import Load, Var, same
 from ..ir.simplify import simplify
 from ..ir.stmt import Buffer
-from ..ir.visit import free_vars, substitute, walk
+from ..ir.visit import substitute, walk
 from ..te.extern import ExternOp
 from ..polyhedral import accumulator_buffers, check_bounds, stage_statements
 from ..polyhedral.astgen import TimedStatement, base_entries, timed_statements
@@ -70,7 +70,7 @@ def _op_uses(op) -> _OpUses:
         return u
     sizes: dict[str, None] = {}
     for a in op.reduce_axis:
-        for n in free_vars(a.min) | free_vars(a.extent):
+        for n in _ordered_vars(a.min, a.extent):
             sizes.setdefault(n, None)
     own = _stage_vars(op)
     scalars: dict[str, None] = {}
@@ -85,12 +85,24 @@ def _op_uses(op) -> _OpUses:
     return u
 
 
+def _ordered_vars(*exprs) -> list[str]:
+    """The variables of `exprs` in the order they appear: the kernel's size parameters
+    follow it (a set's order would change with the process's string hashing: `n * m`
+    gave (n, m) in one run and (m, n) in the next)."""
+    seen: dict[str, None] = {}
+    for e in exprs:
+        for x in walk(e):
+            if isinstance(x, Var):
+                seen.setdefault(x.name, None)
+    return list(seen)
+
+
 def _extern_uses(op) -> _OpUses:
     """An extern stage reads its inputs; the bounds of its declared regions are sizes."""
     sizes: dict[str, None] = {}
     for region in (*op.reads, op.writes):
         for lo, hi in region or ():
-            for n in free_vars(lo) | free_vars(hi):
+            for n in _ordered_vars(lo, hi):
                 sizes.setdefault(n, None)
     return _OpUses(op.body, tuple(sizes), (), frozenset(id(t) for t in op.inputs))
 
@@ -123,7 +135,7 @@ def _params_and_products(schedule):
         axes = list(st.op.axis) + list(st.op.reduce_axis)
         exprs.extend(x for a in axes for x in (a.min, a.extent))
     for s in exprs:
-        for n in free_vars(s):
+        for n in _ordered_vars(s):
             order.setdefault(n, None)
             sizes.add(n)
         products.update(size_products(s))
