@@ -21,32 +21,14 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ...ir.affine import linear_coeff
 from ...ir.expr import Const, Expr, Load, Var
 from ...ir.stmt import For, If, LoopKind, Store
 from ...ir.visit import walk
 from .types import I32, I64, llvm_type, memory_type
-from .vector import VectorContext
+from .vector import VectorContext, flat_coeff
 
 # element types whose values are their memory type (no conversion on load or store)
 _PLAIN = {"float32", "float64", "int32", "int64", "uint32", "uint64"}
-
-
-def _flat_coeff(cg, buf, indices, var: str) -> int | None:
-    """How much the row-major flat index of `buf[indices]` moves when `var` grows by 1
-    (in the buffer's memory layout), or None when that is not a constant."""
-    flat, stride = 0, 1
-    for ix, ext in zip(reversed(indices), reversed(cg.extents(buf))):
-        c = linear_coeff(ix, var)
-        if c is None:
-            return None
-        if c:
-            if stride is None:
-                return None
-            flat += c * stride
-        stride = stride * int(ext.value) if stride is not None and isinstance(ext, Const) \
-            else None
-    return flat
 
 
 def _copy(cg, s: For) -> tuple[For, Store, Load, Expr | None] | None:
@@ -78,9 +60,9 @@ def _copy(cg, s: For) -> tuple[For, Store, Load, Expr | None] | None:
     # in the indices (they are evaluated once per row or per column)
     if any(isinstance(x, Load) for e in (*st.indices, *ld.indices) for x in walk(e)):
         return None
-    if _flat_coeff(cg, ld.buffer, ld.indices, s.var.name) != 1:
+    if flat_coeff(ld.indices, cg.extents(ld.buffer), s.var.name) != 1:
         return None
-    p = _flat_coeff(cg, ld.buffer, ld.indices, v.var.name)
+    p = flat_coeff(ld.indices, cg.extents(ld.buffer), v.var.name)
     if p is None or p in (0, 1):
         return None
     ctx = VectorContext(v.var.name, n, ir.Constant(I64, 0), starts_at_zero=True)

@@ -31,6 +31,23 @@ from .types import I1, I32, I64, memory_type, type_suffix  # noqa: F401 (type_su
 STRIDED = (2, 4)
 
 
+def flat_coeff(indices, extents, var: str) -> int | None:
+    """How much the row-major offset of `indices` in an array of `extents` (its memory
+    layout) moves when `var` grows by 1, or None when that is not a constant."""
+    flat, stride = 0, 1
+    for ix, ext in zip(reversed(indices), reversed(extents)):
+        c = linear_coeff(ix, var)
+        if c is None:
+            return None
+        if c:
+            if stride is None:
+                return None
+            flat += c * stride
+        stride = stride * int(ext.value) if stride is not None and isinstance(ext, Const) \
+            else None
+    return flat
+
+
 def _terms(e: Expr) -> list[Expr]:
     if isinstance(e, Add):
         return _terms(e.a) + _terms(e.b)
@@ -183,33 +200,15 @@ class VectorContext:
         if cs and cs[-1] == 1 and all(c == 0 for c in cs[:-1]):
             return "contiguous", idx
         if buf is not None and None not in cs:
-            stride: int | None = 1        # elements between neighbours of this dimension
-            flat = 0
-            for c, ext in zip(reversed(cs), reversed(extents or buf.shape)):
-                if c:
-                    if stride is None:
-                        break
-                    flat += c * stride
-                stride = stride * int(ext.value) if stride is not None and \
-                    isinstance(ext, Const) else None
-            else:
-                if flat == 1:
-                    return "contiguous", idx
-                if flat in STRIDED:
-                    return "strided", idx
+            flat = flat_coeff(idx, extents or buf.shape, self.var)
+            if flat == 1:
+                return "contiguous", idx
+            if flat in STRIDED:
+                return "strided", idx
         if buf is not None and None in cs and _flat_moves_by_one(idx, extents or buf.shape,
                                                                  self.var):
             return "contiguous", idx
         return "gather", idx
-
-    def _flat_step(self, idx, buf, extents) -> int:
-        """The constant distance between neighbouring lanes' elements of a 'strided'
-        access (in the buffer's memory layout)."""
-        flat, stride = 0, 1
-        for i, ext in zip(reversed(idx), reversed(extents or buf.shape)):
-            flat += linear_coeff(i, self.var) * stride
-            stride = stride * int(ext.value) if isinstance(ext, Const) else 0
-        return flat
 
     def _scalar_address(self, cg, buf, idx) -> ir.Value:
         """The address of the first lane (or of every lane, for a uniform access)."""
@@ -307,8 +306,7 @@ class VectorContext:
         mt = memory_type(e.buffer.dtype)
         vt = ir.VectorType(mt, self.lanes)
         kind, idx = self._kind(e.indices, e.buffer, cg.extents(e.buffer))
-        step = self._flat_step(idx, e.buffer, cg.extents(e.buffer)) \
-            if kind == "strided" else 0
+        step = flat_coeff(idx, cg.extents(e.buffer), self.var) if kind == "strided" else 0
         if kind == "strided" and not e.dtype.is_bool and \
                 self.lanes >= step:     # (fewer lanes than the step: one chunk past the last)
             return self.strided_load(cg, e, idx, step)
