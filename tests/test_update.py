@@ -285,16 +285,9 @@ def test_atomic_float_scatter_reductions(kind):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 def test_cuda_c_of_the_atomic_histogram_compiles(tmp_path):
     im, hist = histogram(64, 64)
-    s = tl.create_schedule(hist)
-    rx, ry = hist.op.reduce_axis
-    io, ii = s[hist.op.init].split(hist.op.init.op.axis[0], factor=64)
-    s[hist.op.init].bind(io, "blockIdx.x")
-    s[hist.op.init].bind(ii, "threadIdx.x")
-    s[hist].bind(rx, "blockIdx.x", atomic=True)
-    s[hist].bind(ry, "threadIdx.x", atomic=True)
     with pytest.raises(tl.IllegalScheduleError):
-        tl.create_schedule(hist)[hist].bind(rx, "blockIdx.x")
-    f = tl.build(s, [im, hist], target="cuda", name="tl_hist")
+        tl.create_schedule(hist)[hist].bind(hist.op.reduce_axis[0], "blockIdx.x")
+    f = _atomic_histogram_on_gpu("cuda", name="tl_hist")
     src = f.get_source()
     assert "atomicAdd(&hist[" in src
     X = tl.placeholder((64,), name="X")
@@ -460,7 +453,8 @@ def test_nvptx_atomic_histogram_is_one_atom_add():
     assert "atom.global.add.u32" in ptx
 
 
-def _atomic_histogram_on_gpu(target):
+def _atomic_histogram_on_gpu(target, name="main"):
+    """The 64 x 64 histogram with its updates bound to blocks and threads, atomic."""
     im, hist = histogram(64, 64)
     s = tl.create_schedule(hist)
     rx, ry = hist.op.reduce_axis
@@ -469,7 +463,7 @@ def _atomic_histogram_on_gpu(target):
     s[hist.op.init].bind(ii, "threadIdx.x")
     s[hist].bind(rx, "blockIdx.x", atomic=True)
     s[hist].bind(ry, "threadIdx.x", atomic=True)
-    return tl.build(s, [im, hist], target=target)
+    return tl.build(s, [im, hist], target=target, name=name)
 
 
 @pytest.mark.gpu
