@@ -34,7 +34,7 @@ from ..backends.runtime import aligned_empty
 from ..driver import with_kernel
 from . import kernel_cache as KC
 from .model_ops import conv_grouped_te
-from .nnops import conv2d_blocked_te
+from .nnops import conv2d_blocked_te, pack_conv_weights
 from .fusion import ANCHORS, fuse, inline_members, reads_tensor
 from .node import GraphError, Node, topological_order
 from .ops import OPS
@@ -518,6 +518,7 @@ class _Plan:
         self.steps: list[_Step] = []
         self.slot_of: dict[int, int] = {}
         self.arrays: list[np.ndarray] = []
+        self.constant_slots_extra: set[int] = set()     # packed weights (`_prepacked`)
         groups = fuse(order, shapes, dtypes, outputs, target) if fused else \
             [[n] for n in order if n.op not in ("variable", "constant")]
         uses: dict[int, int] = {}
@@ -531,16 +532,19 @@ class _Plan:
                 self.slot_of[n.id] = self._new(shapes[n.id], dtypes[n.id])
                 if n.op == "constant":
                     self._set(self.slot_of[n.id], n.attr("value").array)
-        specs = []
+        specs, extra = [], []
+        packed: dict[tuple, int] = {}       # (constant id, block): the packed weights' slot
         for g in groups:
             ins = self._inputs(g)
-            specs.append((_members(g, ins), tuple(shapes[i.id] for i in ins),
-                          tuple(dtypes[i.id] for i in ins)))
+            members, ishapes, idtypes, slots = self._prepacked(
+                g, ins, _members(g, ins), shapes, dtypes, packed)
+            specs.append((members, ishapes, idtypes))
+            extra.append(slots)
         try:        # every kernel at once: the missing ones compile side by side
             compiled = compile_groups(specs, target, schedules)
         except tl.TensorlangError:
             compiled = [None] * len(groups)     # one by one below, to name the failing node
-        for g, spec, got in zip(groups, specs, compiled):
+        for g, spec, got, slots in zip(groups, specs, compiled, extra):
             n = g[-1]
             key = (shapes[n.id], dtypes[n.id])
             pool = free.get(key)
@@ -552,7 +556,8 @@ class _Plan:
                                                                          schedules)
             except tl.TensorlangError as e:
                 raise GraphError(f"node {n.name} ({n.op}): cannot compile: {e}") from e
-            step = _Step(g, kernel, [self.slot_of[ins[k].id] for k in used], slot)
+            step = _Step(g, kernel, [self.slot_of[ins[k].id] if k < len(ins)
+                                     else slots[k - len(ins)] for k in used], slot)
             arrays = [self.arrays[i] for i in step.inputs] + [self.arrays[slot]]
             if target == "llvm":
                 kernel.check_arguments(arrays)  # once: the plan's arrays never change
@@ -571,7 +576,8 @@ class _Plan:
         swapped = {self.slot_of[i] for i in self.fed} | {slot for slot, _, _ in self.fresh}
         self.patches = [(k, j, slot) for k, st in enumerate(self.steps) if st.pointers
                         for j, slot in enumerate(st.inputs + [st.output]) if slot in swapped]
-        self.constant_slots = {self.slot_of[n.id] for n in order if n.op == "constant"}
+        self.constant_slots = {self.slot_of[n.id] for n in order if n.op == "constant"} | \
+            self.constant_slots_extra
         # a run takes a buffer set no other run holds (`Executor.run`): runs from several
         # threads at once each write their own intermediates
         self.idle = [_Buffers(self.arrays, [st.pointers for st in self.steps])]
@@ -592,6 +598,40 @@ class _Plan:
         debug_print(1, f"executor: a new buffer set ({len(arrays)} arrays) for a run while "
                        "another thread runs this plan")
         return _Buffers(arrays, pointers)
+
+    def _prepacked(self, g, ins, members, shapes, dtypes, packed) -> tuple:
+        """The group's (members, input shapes, input dtypes) with each conv2d whose weights
+        are a constant and which takes the channel-blocked form (`cpu_schedules.conv_block`)
+        made a `conv2d_nchwc` of those weights packed here, once per plan, into a constant
+        slot of their own, read as an extra input (the slots, in order, are returned last)."""
+        members, ishapes = list(members), [shapes[i.id] for i in ins]
+        idtypes, slots = [dtypes[i.id] for i in ins], []
+        if self.on_gpu:
+            return tuple(members), tuple(ishapes), tuple(idtypes), slots
+        for j, (op, attrs, operands) in enumerate(members):
+            src, k = operands[1] if op == "conv2d" else (None, None)
+            if src != "in" or ins[k].op != "constant":
+                continue
+            w, node = ins[k], g[j]
+            block = conv_block(shapes[node.id], shapes[w.id], dtypes[w.id])
+            if block is None:
+                continue
+            key = (w.id, block[0])
+            if key not in packed:
+                wp = pack_conv_weights(w.attr("value").array, block[0])
+                packed[key] = self._new(wp.shape, wp.dtype)
+                self._set(packed[key], wp)
+                self.constant_slots_extra.add(packed[key])
+            wp = self.arrays[packed[key]]
+            members[j] = ("conv2d_nchwc", tuple(sorted(
+                dict(attrs, channels=shapes[node.id][1]).items())),
+                (operands[0], ("in", len(ishapes))))
+            ishapes.append(tuple(wp.shape))
+            idtypes.append(str(wp.dtype))
+            slots.append(packed[key])
+            debug_print(1, f"executor: {node.name}: constant weights {w.name} packed once "
+                           f"per plan ({tuple(wp.shape)}), conv2d_nchwc")
+        return tuple(members), tuple(ishapes), tuple(idtypes), slots
 
     @staticmethod
     def _inputs(group: list[Node]) -> list[Node]:

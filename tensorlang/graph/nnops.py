@@ -15,6 +15,7 @@ import tensorlang as tl
 from . import api
 from . import shapes as S
 from .ops import _add_t
+from .node import GraphError
 from .registry import register_op
 
 
@@ -118,6 +119,22 @@ def conv2d_te(ts, shapes, out, stride, padding):
         name="out"), "conv2d"
 
 
+def pack_conv_weights(w: np.ndarray, block: int) -> np.ndarray:
+    """OIHW weights packed as `conv2d_blocked_te` reads them: [K/block, C, kh, kw, block],
+    zeros past K (the `wpack` stage, done once in numpy for constant weights)."""
+    k, c, kh, kw = w.shape
+    kb = -(-k // block)
+    full = np.zeros((kb * block, c, kh, kw), w.dtype)
+    full[:k] = w
+    return np.ascontiguousarray(full.reshape(kb, block, c, kh, kw).transpose(0, 2, 3, 4, 1))
+
+
+def unpack_conv_weights(wp: np.ndarray, channels: int) -> np.ndarray:
+    """The OIHW weights of `pack_conv_weights`' packing (its first `channels` filters)."""
+    kb, c, kh, kw, block = wp.shape
+    return wp.transpose(0, 4, 1, 2, 3).reshape(kb * block, c, kh, kw)[:channels]
+
+
 def conv2d_blocked_te(ts, shapes, out, stride, padding, block):
     """conv2d with the output channels in blocks of `block` innermost (NCHW[block]c, as
     TVM's conv2d_NCHWc and oneDNN's blocked formats): the weights packed to
@@ -130,11 +147,25 @@ def conv2d_blocked_te(ts, shapes, out, stride, padding, block):
     (_, c, _, _), (k, _, kh, kw) = shapes
     nb, _, oh, ow = out
     kb = -(-k // block)
-    xp = _padded(x, shapes[0], padding)
     zero = tl.const(0.0, w.dtype)
     wp = tl.compute((kb, c, kh, kw, block), lambda ko, b, p, q, ki: tl.if_then_else(
         ko * block + ki < k, w[ko * block + ki, b, p, q], zero) if kb * block > k
         else w[ko * block + ki, b, p, q], name="wpack")
+    return _conv2d_nchwc(x, wp, shapes[0], out, stride, padding)
+
+
+def conv2d_nchwc_te(ts, shapes, out, stride, padding, channels):
+    """`conv2d_blocked_te` with its weights packed already (`pack_conv_weights`): the form
+    the executor gives a conv2d whose weights are a constant, packed once per plan
+    instead of in every call (as TVM's and Halide's conv kernels take a filter packed
+    offline)."""
+    return _conv2d_nchwc(ts[0], ts[1], shapes[0], out, stride, padding)
+
+
+def _conv2d_nchwc(x, wp, x_shape, out, stride, padding):
+    nb, _, oh, ow = out
+    kb, c, kh, kw, block = (int(d.value) for d in wp.shape)
+    xp = _padded(x, x_shape, padding)
     rc, rp, rq = (tl.reduce_axis((0, c), "rc"), tl.reduce_axis((0, kh), "rp"),
                   tl.reduce_axis((0, kw), "rq"))
     blocked = tl.compute((nb, kb, oh, ow, block), lambda n, ko, i, j, ki: tl.sum(
@@ -259,6 +290,28 @@ register_op("conv2d", conv2d_ref, lambda x, w, stride, padding: S.conv2d(x, w, s
             lambda n, t: _add_t(None if t[0] is None else _mk("conv2d", (t[0], n.inputs[1]), n),
                                 None if t[1] is None else _mk("conv2d", (n.inputs[0], t[1]), n)),
             conv2d_te)
+
+
+def _packed_conv_ref(x, wp, stride, padding, channels):
+    return conv2d_ref(x, unpack_conv_weights(wp, channels), stride, padding)
+
+
+def _packed_conv_shape(x, wp, stride, padding, channels):
+    kb, c, kh, kw, block = wp
+    if channels > kb * block:
+        raise ValueError(f"{channels} channels do not fit packed weights {tuple(wp)}")
+    return S.conv2d(x, (channels, c, kh, kw), stride, padding)
+
+
+def _no_derivative(*_):
+    raise GraphError("conv2d_nchwc exists only inside the executor's plans (conv2d with "
+                     "constant weights, packed once); differentiate the conv2d it came from")
+
+
+# conv2d of weights packed at plan time (`Executor`: a conv2d whose weights are a constant);
+# not a user op, and never differentiated
+register_op("conv2d_nchwc", _packed_conv_ref, _packed_conv_shape, _no_derivative,
+            _no_derivative, conv2d_nchwc_te)
 register_op("conv2d_bx", conv2d_bx_ref, lambda g, w, x, stride, padding: tuple(x), _bx_grad,
             lambda n, t: _add_t(
                 None if t[0] is None else _mk("conv2d_bx", (t[0], n.inputs[1], n.inputs[2]), n),
