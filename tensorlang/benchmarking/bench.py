@@ -6,7 +6,8 @@ Kernels (full size / `--quick` size): matmul 512^3, 1000^3, 1024^3, 2048^3, 4096
 elementwise E = D + (A+B)*C over 2^24 floats (GB/s: 4 reads and a write), softmax and layer
 norm over the rows of 4096 x 1024 (GB/s: a read and a write), conv2d 1x64x56x56 -> 64 with
 3x3 filters (GFLOPS; the filter a constant everywhere: TVM and Halide take it packed
-beforehand, tensorlang's executor packs a constant filter once per plan), and one SGD step of benchmarks/graph_mlp.py's MLP (steps/s).
+beforehand, tensorlang's executor packs a constant filter once per plan), and one SGD
+step of benchmarks/graph_mlp.py's MLP (steps/s).
 
 Systems: tensorlang (the graph executor's default schedules, as a user of `G.Executor`
 meets them, writing into preallocated outputs with `run(..., out=)`), tensorlang_new (the
