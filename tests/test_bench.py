@@ -57,6 +57,10 @@ def test_the_paired_ratio_is_the_median_of_each_rounds_ratio():
                (n, "halide"): [90.0, 70.0, 95.0]}
     # rounds: 100/90, 80/100, 90/95 -> 1.11, 0.80, 0.95: the median 0.95 (best-of: 1.00)
     assert bench._paired(results, n) == "0.95"
+    # new outputs paired alike, never with the out= figures
+    results[(n, "tensorlang_new")] = [45.0, 110.0, 95.0]   # 0.5, 1.1, 1.0 -> 1.00
+    assert bench._paired(results, n, "tensorlang_new") == "1.00"
+    assert bench._paired(results, n) == "0.95"
     results[(n, "halide")] = [90.0, 70.0]
     assert bench._paired(results, n) == "—"
     assert bench._paired({(n, "tensorlang"): [1.0, 2.0]}, n) == "—"

@@ -597,11 +597,12 @@ def _table(names, quick, results, notes, flops, bw, bits) -> str:
              "within each round (the systems of a round run minutes apart at most, so a "
              "slow or fast phase of the machine — its DRAM bandwidth moved between ~45 and "
              "~88 GB/s within minutes on a Zen 5 VM — counts for all of them alike, where "
-             "the best rounds may come from different phases).", "",
+             "the best rounds may come from different phases); the same for new outputs.", "",
              "| kernel | size | unit | " + " | ".join(LABELS.get(s, s) for s in SYSTEMS) +
              " | tensorlang / best other | new outputs / best other "
-             "| paired, median of the rounds | tensorlang, fraction of peak |",
-             "|" + "---|" * (len(SYSTEMS) + 7)]
+             "| paired, median of the rounds | new outputs, paired "
+             "| tensorlang, fraction of peak |",
+             "|" + "---|" * (len(SYSTEMS) + 8)]
     foot = []
     for n in names:
         k = KERNELS[n]
@@ -618,21 +619,22 @@ def _table(names, quick, results, notes, flops, bw, bits) -> str:
         others = [v for s, v in med.items() if s not in OURS]
         ratio, ratio_new = (f"{med[s] / max(others):.2f}" if others and s in med else "—"
                             for s in OURS)
-        paired = _paired(results, n)
+        paired, paired_new = _paired(results, n), _paired(results, n, "tensorlang_new")
         peak = {"flops": flops / 1e9, "bandwidth": bw / 1e9}.get(k.bound)
         frac = f"{med['tensorlang'] / peak:.2f}" if peak and "tensorlang" in med else "—"
         lines.append(f"| {n} | {k.size(quick)} | {k.unit} | " + " | ".join(cells) +
-                     f" | {ratio} | {ratio_new} | {paired} | {frac} |")
+                     f" | {ratio} | {ratio_new} | {paired} | {paired_new} | {frac} |")
     if foot:
         lines += ["", "Notes:"] + sorted(set(foot))
     return "\n".join(lines) + "\n"
 
 
-def _paired(results, n) -> str:
-    """The median over the rounds of tensorlang (out=) / the best other system (not
-    tensorlang) in that round; "—" unless every system measured has a value in every
-    round (an error in one round would pair values of different rounds)."""
-    mine = results.get((n, "tensorlang"))
+def _paired(results, n, ours: str = "tensorlang") -> str:
+    """The median over the rounds of `ours` (tensorlang: out=; tensorlang_new: new outputs)
+    / the best other system (not tensorlang) in that round; "—" unless every system
+    measured has a value in every round (an error in one round would pair values of
+    different rounds)."""
+    mine = results.get((n, ours))
     others = [v for (kn, s), v in results.items() if kn == n and s not in OURS]
     if not mine or not others or any(len(v) != len(mine) for v in others):
         return "—"
