@@ -20,7 +20,6 @@ layer)
 """
 
 import os
-import time
 
 import numpy as np
 
@@ -72,16 +71,10 @@ def schedule():
     return s, [X, W, Y]
 
 
-def gflops(fn, args, reps=20):
-    fn(*args)
-    best = min(_time(fn, args) for _ in range(reps))
-    return 2 * K * C * 9 * H * H / best / 1e9
-
-
-def _time(fn, args):
-    t = time.perf_counter()
-    fn(*args)
-    return time.perf_counter() - t
+def gflops(fn, args):
+    """The rate of `fn(*args)` as `tl.testing.benchmark` gives it: the median round, with
+    the slowest and fastest (one warm-up call, 5 rounds)."""
+    return tl.testing.benchmark(fn, *args, repeat=5).rate(2 * K * C * 9 * H * H)
 
 
 def main():
@@ -99,9 +92,9 @@ def main():
     mod(x, w, y)
     np.testing.assert_allclose(y, want, rtol=1e-3, atol=1e-3)
     host = tl.Target.parse("llvm")
-    print(f"\n{host.cpu}, {host.vector_bits}-bit vectors: {LANES} lanes, tiles of {COLS} "
-          "columns")
-    print(f"channel-blocked conv2d: {gflops(mod, (x, w, y)):7.1f} GFLOPS")
+    print(f"\n{host.cpu} ({host.cores} threads), {host.vector_bits}-bit vectors: {LANES} "
+          f"lanes, tiles of {COLS} columns", flush=True)
+    print(f"channel-blocked conv2d: {gflops(mod, (x, w, y))}", flush=True)
 
     wm = w.reshape(K, -1)
 
@@ -110,7 +103,7 @@ def main():
             np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3), axis=(2, 3))
         y[...] = (wm @ cols.transpose(0, 1, 4, 5, 2, 3).reshape(C * 9, H * H)) \
             .reshape(1, K, H, H)
-    print(f"numpy im2col + matmul:  {gflops(im2col, (x, w, y)):7.1f} GFLOPS")
+    print(f"numpy im2col + matmul:  {gflops(im2col, (x, w, y))}", flush=True)
 
     # the inner loop: one vector load of weights, COLS FMAs with broadcast inputs
     asm = mod.get_source("asm")
