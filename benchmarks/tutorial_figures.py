@@ -39,7 +39,7 @@ FORMS = (
 def figures(text: str) -> list[tuple[str, float, float, float]]:
     """(label, median, low, high) of every figure in a tutorial's output, in order; the
     label is the line's text before the figure (with its place when a line has several)."""
-    out = []
+    out, last = [], ""
     for line in text.splitlines():
         spans = []
         for pattern, (m, a, b) in FORMS:
@@ -50,20 +50,33 @@ def figures(text: str) -> list[tuple[str, float, float, float]]:
                 spans.append((hit.start(), hit.end(), vals))
         spans.sort()
         for k, (start, _, (med, a, b)) in enumerate(spans):
-            label = line[:start].strip() or line.strip()[:40]
+            # a figure alone on its line is labelled by the line of text before it
+            label = line[:spans[0][0]].strip() or last[:60]
             if len(spans) > 1:
                 label += f" [{k + 1}]"
             out.append((label, med, min(a, b), max(a, b)))
+        if not spans and line.strip():
+            last = line.strip()
     return out
 
 
-def run(tutorial: pathlib.Path) -> tuple[str, float]:
+def probe() -> float:
+    """The machine's speed just now: its FMA peak over both cores, GFLOPS
+    (`tensorlang bench`'s probe). A figure that does not repeat while this moved alike was
+    the machine's phase (a neighbour on the host), not the kernel's."""
+    from tensorlang.benchmarking.bench import peak_flops
+
+    return peak_flops(0.5)[0] / 1e9
+
+
+def run(tutorial: pathlib.Path) -> tuple[str, float, float]:
+    speed = probe()
     t = time.perf_counter()
     p = subprocess.run([sys.executable, str(tutorial)], capture_output=True, text=True,
                        cwd=ROOT, env=dict(os.environ), timeout=1800)
     if p.returncode:
         raise SystemExit(f"{tutorial.name} failed:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
-    return p.stdout, time.perf_counter() - t
+    return p.stdout, time.perf_counter() - t, speed
 
 
 def main() -> int:
@@ -77,12 +90,14 @@ def main() -> int:
     host = tl.Target.parse("llvm")
     lines = [f"Tutorial figures, each tutorial run twice in turn on {host.cpu} "
              f"({host.cores} threads), {time.strftime('%Y-%m-%d')}", "",
+             "The machine's FMA peak (GFLOPS, both cores) was probed just before each run: "
+             "a figure that moves with it moved with the machine.", "",
              "| tutorial | figure | run 1: median (min-max) | run 2: median (min-max) "
-             "| repeats |", "|---|---|---|---|---|"]
+             "| repeats | FMA peak before run 1 / run 2 |", "|---|---|---|---|---|---|"]
     bad = 0
     for tag in args.tutorials.split(","):
         path = next((ROOT / "tutorials").glob(f"{tag.strip()}_*.py"))
-        (one, t1), (two, t2) = run(path), run(path)
+        (one, t1, p1), (two, t2, p2) = run(path), run(path)
         f1, f2 = figures(one), figures(two)
         if [f[0] for f in f1] != [f[0] for f in f2]:
             raise SystemExit(f"{path.name}: the two runs print different figures:\n"
@@ -91,7 +106,7 @@ def main() -> int:
             ok = a1 <= m2 <= b1 or a2 <= m1 <= b2
             bad += not ok
             lines.append(f"| {path.stem} | {label.replace('|', '/')} | {m1:g} ({a1:g}-{b1:g}) "
-                         f"| {m2:g} ({a2:g}-{b2:g}) | {'yes' if ok else '**no**'} |")
+                         f"| {m2:g} ({a2:g}-{b2:g}) | {'yes' if ok else '**no**'} | {p1:.0f} / {p2:.0f} |")
         print(f"{path.name}: {len(f1)} figures, {t1:.0f} s and {t2:.0f} s", file=sys.stderr,
               flush=True)
     lines += ["", f"{bad} of the figures did not repeat." if bad else

@@ -20,10 +20,13 @@ def test_every_printed_form_of_a_benchmark_is_read_with_its_spread():
             f"blur: declared {res}\n"
             "E = D + (A+B)*C     4 kernels   0.412 ms (0.398-0.440) -> 1 kernel   0.210 ms "
             "(0.200-0.260)\n"
-            "no figure here: 3 rounds\n")
+            "no figure here: 3 rounds\n"
+            "step 2: vectors\n"
+            f"   {rate}\n")
     got = tf.figures(text)
     assert got == [("step 1: tiles", 1.0, 0.5, 2.0),
                    ("blur: declared", 2.0, 1.0, 4.0),
                    ("E = D + (A+B)*C     4 kernels [1]", 0.412, 0.398, 0.44),
-                   ("E = D + (A+B)*C     4 kernels   0.412 ms (0.398-0.440) -> 1 kernel [2]",
-                    0.21, 0.2, 0.26)]
+                   ("E = D + (A+B)*C     4 kernels [2]",
+                    0.21, 0.2, 0.26),
+                   ("step 2: vectors", 1.0, 0.5, 2.0)]

@@ -44,8 +44,8 @@ def evaluate(title, s, args, show=True):
     c = np.zeros((N, N), np.float32)
     f(a, b, c)
     np.testing.assert_allclose(c, expected, rtol=1e-3, atol=1e-3)
-    res = tl.testing.benchmark(f, a, b, c, warmup=0, repeat=3)   # the check warmed it up
-    print(f"   {res.rate(2 * N**3)}\n", flush=True)
+    res = tl.testing.benchmark(f, a, b, c, warmup=0, repeat=5)   # the check warmed it up
+    print(f"   {title}: {res.rate(2 * N**3)}\n", flush=True)
     return res
 
 
