@@ -49,7 +49,7 @@ def figures(text: str) -> list[tuple[str, float, float, float]]:
                 vals = [float(hit.group(g)) for g in (m, a, b)]
                 spans.append((hit.start(), hit.end(), vals))
         spans.sort()
-        for k, (start, _, (med, a, b)) in enumerate(spans):
+        for k, (_, _, (med, a, b)) in enumerate(spans):
             # a figure alone on its line is labelled by the line of text before it
             label = line[:spans[0][0]].strip() or last[:60]
             if len(spans) > 1:
@@ -106,7 +106,8 @@ def main() -> int:
             ok = a1 <= m2 <= b1 or a2 <= m1 <= b2
             bad += not ok
             lines.append(f"| {path.stem} | {label.replace('|', '/')} | {m1:g} ({a1:g}-{b1:g}) "
-                         f"| {m2:g} ({a2:g}-{b2:g}) | {'yes' if ok else '**no**'} | {p1:.0f} / {p2:.0f} |")
+                         f"| {m2:g} ({a2:g}-{b2:g}) | {'yes' if ok else '**no**'} "
+                         f"| {p1:.0f} / {p2:.0f} |")
         print(f"{path.name}: {len(f1)} figures, {t1:.0f} s and {t2:.0f} s", file=sys.stderr,
               flush=True)
     lines += ["", f"{bad} of the figures did not repeat." if bad else
