@@ -28,6 +28,15 @@ def test_console_script_installed():
     assert r.stdout.strip() == tl.__version__
 
 
+def test_python_dash_m_tensorlang_is_the_command():
+    r = subprocess.run([sys.executable, "-m", "tensorlang", "--version"],
+                       capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == tl.__version__
+    bad = subprocess.run([sys.executable, "-m", "tensorlang", "no-such-command"],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "no-such-command" in bad.stderr
+
+
 def test_debug_levels_print_passes_loops_ir(monkeypatch, capsys):
     A = tl.placeholder((5,), "float64", name="A")
     C = tl.compute((5,), lambda i: A[i] * 3.0, name="C")
