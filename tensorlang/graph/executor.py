@@ -504,10 +504,42 @@ def default_schedules(nodes, target: str = "llvm",
     out = []
     for g in groups:
         ins = _Plan._inputs(g)
-        s, _, _ = schedule_group(_members(g, ins), tuple(shapes[i.id] for i in ins),
-                                 tuple(dtypes[i.id] for i in ins), target, schedules)
+        members, ishapes, idtypes = _members(g, ins), tuple(shapes[i.id] for i in ins), \
+            tuple(dtypes[i.id] for i in ins)
+        if backend_kind(target) not in GPU_KINDS:      # as the plan runs it
+            members, ishapes, idtypes, _ = prepacked_members(g, ins, members, shapes, dtypes)
+        s, _, _ = schedule_group(members, ishapes, idtypes, target, schedules)
         out.append((tuple(g), s))
     return out
+
+
+def prepacked_members(g, ins, members, shapes, dtypes) -> tuple:
+    """A CPU group's (members, input shapes, input dtypes, packs) with each conv2d whose
+    weights are a constant and which takes the channel-blocked form
+    (`cpu_schedules.conv_block`) made a `conv2d_nchwc` that reads those weights packed
+    (`nnops.pack_conv_weights`, done once per plan) as an extra input after the group's
+    own; `packs` lists (the constant, the block) of each extra input, in order."""
+    members, ishapes = list(members), [shapes[i.id] for i in ins]
+    idtypes, packs = [dtypes[i.id] for i in ins], []
+    for j, (op, attrs, operands) in enumerate(members):
+        src, k = operands[1] if op == "conv2d" else (None, None)
+        if src != "in" or ins[k].op != "constant":
+            continue
+        w, node = ins[k], g[j]
+        block = conv_block(shapes[node.id], shapes[w.id], dtypes[w.id])
+        if block is None:
+            continue
+        kc, c, kh, kw = shapes[w.id]
+        packed_shape = (-(-kc // block[0]), c, kh, kw, block[0])
+        members[j] = ("conv2d_nchwc", tuple(sorted(
+            dict(attrs, channels=shapes[node.id][1]).items())),
+            (operands[0], ("in", len(ishapes))))
+        ishapes.append(packed_shape)
+        idtypes.append(dtypes[w.id])
+        packs.append((w, block[0]))
+        debug_print(1, f"executor: {node.name}: constant weights {w.name} packed once per "
+                       f"plan {packed_shape}, conv2d_nchwc")
+    return tuple(members), tuple(ishapes), tuple(idtypes), packs
 
 
 class _Plan:
@@ -600,38 +632,22 @@ class _Plan:
         return _Buffers(arrays, pointers)
 
     def _prepacked(self, g, ins, members, shapes, dtypes, packed) -> tuple:
-        """The group's (members, input shapes, input dtypes) with each conv2d whose weights
-        are a constant and which takes the channel-blocked form (`cpu_schedules.conv_block`)
-        made a `conv2d_nchwc` of those weights packed here, once per plan, into a constant
-        slot of their own, read as an extra input (the slots, in order, are returned last)."""
-        members, ishapes = list(members), [shapes[i.id] for i in ins]
-        idtypes, slots = [dtypes[i.id] for i in ins], []
+        """`prepacked_members` of the group, each packed filter in a constant slot of the
+        plan (one per constant and block: `packed`); the slots, in order, come last."""
         if self.on_gpu:
-            return tuple(members), tuple(ishapes), tuple(idtypes), slots
-        for j, (op, attrs, operands) in enumerate(members):
-            src, k = operands[1] if op == "conv2d" else (None, None)
-            if src != "in" or ins[k].op != "constant":
-                continue
-            w, node = ins[k], g[j]
-            block = conv_block(shapes[node.id], shapes[w.id], dtypes[w.id])
-            if block is None:
-                continue
-            key = (w.id, block[0])
+            return tuple(members), tuple(shapes[i.id] for i in ins), \
+                tuple(dtypes[i.id] for i in ins), []
+        members, ishapes, idtypes, packs = prepacked_members(g, ins, members, shapes, dtypes)
+        slots = []
+        for w, block in packs:
+            key = (w.id, block)
             if key not in packed:
-                wp = pack_conv_weights(w.attr("value").array, block[0])
+                wp = pack_conv_weights(w.attr("value").array, block)
                 packed[key] = self._new(wp.shape, wp.dtype)
                 self._set(packed[key], wp)
                 self.constant_slots_extra.add(packed[key])
-            wp = self.arrays[packed[key]]
-            members[j] = ("conv2d_nchwc", tuple(sorted(
-                dict(attrs, channels=shapes[node.id][1]).items())),
-                (operands[0], ("in", len(ishapes))))
-            ishapes.append(tuple(wp.shape))
-            idtypes.append(str(wp.dtype))
             slots.append(packed[key])
-            debug_print(1, f"executor: {node.name}: constant weights {w.name} packed once "
-                           f"per plan ({tuple(wp.shape)}), conv2d_nchwc")
-        return tuple(members), tuple(ishapes), tuple(idtypes), slots
+        return members, ishapes, idtypes, slots
 
     @staticmethod
     def _inputs(group: list[Node]) -> list[Node]:

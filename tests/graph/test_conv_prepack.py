@@ -113,3 +113,20 @@ def test_a_gradient_through_a_conv_with_constant_weights_matches_variable_weight
         from tensorlang.graph.registry import OPS
 
         OPS["conv2d_nchwc"].grad(None, None)
+
+
+def test_default_schedules_show_the_packed_conv_the_plan_runs(rng):
+    """`G.default_schedules` schedules the groups as the plan builds them: with a constant
+    filter, no packing stage in the kernel; with a Variable one, the `wpack` stage."""
+    c, k, n = 32, 32, 14
+    assert _blocked(1, n, c, k)
+    x = G.Variable("x", (1, c, n, n), "float32")
+    w = G.Variable("w", (k, c, 3, 3), "float32")
+    wc = G.constant(rng.standard_normal((k, c, 3, 3)).astype("f4"))
+
+    def stages(node):
+        (_, s), = [g for g in G.default_schedules([node], schedules="hand")]
+        return {st.op.name for st in s.stages}
+    const, var = stages(G.conv2d(x, wc, padding=1)), stages(G.conv2d(x, w, padding=1))
+    assert "conv_blocked" in const and "wpack" not in const
+    assert {"conv_blocked", "wpack"} <= var
