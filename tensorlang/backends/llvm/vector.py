@@ -246,6 +246,42 @@ class VectorContext:
         tail keeps its first lane), so the lanes stay inside the allocation."""
         return id(buf) in cg.padded and self.lanes <= 64 and self.first_lane_on
 
+    def _or_padding(self, cg, buf, idx) -> ir.Value:
+        """The blend's mask for a masked store to a padded local array: the lanes that are
+        on, and the lanes that fall in padding — past the row's last element, inside its
+        row (`CodeGen.extents`: rows padded to whole vectors) or, for a 1-D array, inside
+        its VECTOR_PAD spare elements. No statement reads padding, so those lanes may take
+        any value, and a tail whose off lanes are all padding (a register tile 56 wide: its
+        fourth vector) is stored whole: no blend, which costs a shuffle per accumulator per
+        step. Lanes off inside the row (a condition's mask) keep their values. Only where
+        consecutive lanes walk the last index (else the mask as it is)."""
+        cs = [linear_coeff(i, self.var) for i in idx]
+        shape, extents = buf.shape, cg.extents(buf)
+        if not cs or cs[-1] != 1 or any(c != 0 for c in cs[:-1]) or \
+                not isinstance(shape[-1], Const) or not isinstance(extents[-1], Const):
+            return self.mask
+        last, wide = int(shape[-1].value), int(extents[-1].value)
+        if len(shape) > 1 and wide <= last:
+            return self.mask            # rows not padded: past the row is the next row
+        b = cg.builder
+        saved_vec, saved = cg.vec, cg.env.get(self.var)
+        cg.vec = None
+        cg.env[self.var] = self.lo
+        try:
+            first = cg.to_i64(cg.expr(idx[-1]), idx[-1].dtype)
+        finally:
+            cg.vec = saved_vec
+            if saved is None:
+                del cg.env[self.var]
+            else:
+                cg.env[self.var] = saved
+        vt = ir.VectorType(I64, self.lanes)
+        pos = b.add(cg.splat(first), ir.Constant(vt, list(range(self.lanes))))
+        pad = b.icmp_signed(">=", pos, ir.Constant(vt, [last] * self.lanes))
+        if len(shape) > 1:
+            pad = b.and_(pad, b.icmp_signed("<", pos, ir.Constant(vt, [wide] * self.lanes)))
+        return b.or_(self.mask, pad)
+
     def _all_on(self) -> ir.Value:
         return ir.Constant(ir.VectorType(I1, self.lanes), [1] * self.lanes)
 
@@ -363,7 +399,8 @@ class VectorContext:
             elif self._padded(cg, s.buffer, idx):    # a blend: every lane, the off ones
                 old = cg.tag(b.load(ptr, align=self._align(s.buffer).constant),  # unchanged
                              s.buffer)
-                cg.tag(b.store(b.select(self.mask, v, old), ptr,
+                keep = self._or_padding(cg, s.buffer, idx)
+                cg.tag(b.store(b.select(keep, v, old), ptr,
                                align=self._align(s.buffer).constant), s.buffer)
             else:
                 f = cg._declare(f"llvm.masked.store.{type_suffix(vt)}.p0", ir.VoidType(),
