@@ -41,11 +41,8 @@ LATENCY_ACCUMULATORS = 8   # independent FMA chains that hide the FMA latency (4
 # form when the reduction per output (C * kh * kw) is at least SCATTER_REDUCTION, so the
 # scatter is paid over enough work, and a channel plane (oh * ow) is at most SCATTER_PLANE
 # elements (the 16 planes a scatter touches stay in the TLB); below or above, the scatter
-# costs more than the direct form's partial vectors. With the write-back transposed in
-# registers (`backends/llvm/transpose.py`) a reduction of 128 pays (ResNet-50's 1x1 128->512
-# at 28^2: 136 -> 161 GFLOPS on Zen 4) and one of 64 still does not (64->256 at 56^2: 119
-# direct, 87 blocked): benchmarks/RESULTS-onnx.md, session 31.
-SCATTER_REDUCTION = 128
+# costs more than the direct form's partial vectors (measured: benchmarks/RESULTS-onnx.md).
+SCATTER_REDUCTION = 256
 SCATTER_PLANE = 64 * 64
 
 
