@@ -210,23 +210,31 @@ class VectorContext:
             return "contiguous", idx
         return "gather", idx
 
-    def _scalar_address(self, cg, buf, idx) -> ir.Value:
-        """The address of the first lane (or of every lane, for a uniform access)."""
+    @contextlib.contextmanager
+    def _first_lane(self, cg):
+        """Scalar code generation with the vector loop's variable at the first lane."""
         saved_vec, saved = cg.vec, cg.env.get(self.var)
-        saved_guard = cg.check_guard
-        # an index check made once for all lanes fails only if some lane is on
-        cg.check_guard = self._any_on(cg) if self.mask is not None else None
         cg.vec = None
         cg.env[self.var] = self.lo
         try:
-            return cg.address(buf, idx)
+            yield
         finally:
-            cg.check_guard = saved_guard
             cg.vec = saved_vec
             if saved is None:
                 del cg.env[self.var]
             else:
                 cg.env[self.var] = saved
+
+    def _scalar_address(self, cg, buf, idx) -> ir.Value:
+        """The address of the first lane (or of every lane, for a uniform access)."""
+        saved_guard = cg.check_guard
+        # an index check made once for all lanes fails only if some lane is on
+        cg.check_guard = self._any_on(cg) if self.mask is not None else None
+        try:
+            with self._first_lane(cg):
+                return cg.address(buf, idx)
+        finally:
+            cg.check_guard = saved_guard
 
     def _addresses(self, cg, buf, idx) -> ir.Value:
         b = cg.builder
@@ -264,17 +272,8 @@ class VectorContext:
         if len(shape) > 1 and wide <= last:
             return self.mask            # rows not padded: past the row is the next row
         b = cg.builder
-        saved_vec, saved = cg.vec, cg.env.get(self.var)
-        cg.vec = None
-        cg.env[self.var] = self.lo
-        try:
+        with self._first_lane(cg):
             first = cg.to_i64(cg.expr(idx[-1]), idx[-1].dtype)
-        finally:
-            cg.vec = saved_vec
-            if saved is None:
-                del cg.env[self.var]
-            else:
-                cg.env[self.var] = saved
         vt = ir.VectorType(I64, self.lanes)
         pos = b.add(cg.splat(first), ir.Constant(vt, list(range(self.lanes))))
         pad = b.icmp_signed(">=", pos, ir.Constant(vt, [last] * self.lanes))
