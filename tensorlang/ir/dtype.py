@@ -1,14 +1,32 @@
-"""Scalar data types and numpy-like type promotion."""
+"""Scalar data types and numpy-like type promotion.
+
+Besides numpy's own types, the low-precision floats of the `ml_dtypes` package: bfloat16
+(float32's exponent, 7 mantissa bits), float8_e4m3fn (no infinities, one NaN per sign,
+largest finite 448) and float8_e5m2 (IEEE-like: infinities, NaNs). numpy arrays of them are
+`ml_dtypes` arrays; arithmetic on them is done in float32 and rounded back after each
+operation, as `ml_dtypes` computes.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 
 from ..errors import TensorlangError
 
-_NAMES = ("bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64")
+# the floats stored in fewer bits than any native arithmetic takes: (exponent bits, mantissa
+# bits, whether the encoding has infinities: IEEE-like)
+SMALL_FLOATS = {"bfloat16": (8, 7, True), "float8_e4m3fn": (4, 3, False),
+                "float8_e5m2": (5, 2, True)}
+_NAMES = ("bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64",
+          *SMALL_FLOATS)
+_NP = {name: np.dtype(getattr(ml_dtypes, name)) for name in SMALL_FLOATS}
+
+
+def _np_dtype(name: str) -> np.dtype:
+    return _NP.get(name) or np.dtype(name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,12 +38,12 @@ class DType:
 
     @property
     def np(self) -> np.dtype:
-        return np.dtype(self.name)
+        return _np_dtype(self.name)
 
     @property
     def dtype(self) -> np.dtype:
         """numpy reads this: `np.zeros(shape, C.dtype)` works, as with TVM's str dtypes."""
-        return np.dtype(self.name)
+        return _np_dtype(self.name)
 
     def __eq__(self, other) -> bool:
         if isinstance(other, str):  # C.dtype == "float32", as TVM users write
@@ -47,7 +65,12 @@ class DType:
 
     @property
     def is_float(self) -> bool:
-        return self.name.startswith("float")
+        return self.name.startswith("float") or self.name == "bfloat16"
+
+    @property
+    def is_small_float(self) -> bool:
+        """bfloat16 or a float8: stored as its bits, computed in float32 (`SMALL_FLOATS`)."""
+        return self.name in SMALL_FLOATS
 
     @property
     def is_int(self) -> bool:
@@ -70,10 +93,20 @@ class DType:
         return DType(self.name)
 
     def min_value(self):
-        return -np.inf if self.is_float else (False if self.is_bool else int(np.iinfo(self.np).min))
+        """The least value of the type: -inf for a float that has it, else the least
+        finite one (float8_e4m3fn: -448)."""
+        if self.is_float:
+            return -np.inf if self.has_inf else float(ml_dtypes.finfo(self.np).min)
+        return False if self.is_bool else int(np.iinfo(self.np).min)
 
     def max_value(self):
-        return np.inf if self.is_float else (True if self.is_bool else int(np.iinfo(self.np).max))
+        if self.is_float:
+            return np.inf if self.has_inf else float(ml_dtypes.finfo(self.np).max)
+        return True if self.is_bool else int(np.iinfo(self.np).max)
+
+    @property
+    def has_inf(self) -> bool:
+        return self.is_float and SMALL_FLOATS.get(self.name, (0, 0, True))[2]
 
     def __str__(self) -> str:
         return self.name if self.lanes == 1 else f"{self.name}x{self.lanes}"
@@ -104,10 +137,17 @@ def as_dtype(value: object, argname: str = "dtype") -> DType:
 
 
 def promote(a: DType, b: DType) -> DType:
-    """The numpy result type of a binary arithmetic operation on `a` and `b`."""
+    """The numpy result type of a binary arithmetic operation on `a` and `b`. Where numpy
+    has none (bfloat16 with float16 or int32, two float8 kinds): float32, or float64 when
+    either side has more than 16 bits of integer or 32 of float."""
     if a == b:
         return a
-    return DType(np.result_type(a.np, b.np).name, max(a.lanes, b.lanes))
+    lanes = max(a.lanes, b.lanes)
+    try:
+        return DType(np.result_type(a.np, b.np).name, lanes)
+    except TypeError:
+        wide = any(d.bits > (32 if d.is_float else 16) for d in (a, b))
+        return DType("float64" if wide else "float32", lanes)
 
 
 def dtype_of_python(value: object) -> DType:

@@ -117,11 +117,27 @@ def _binds_below(s: Stmt) -> bool:
     return isinstance(s, For) and s.kind in (LoopKind.GPU_BLOCK, LoopKind.GPU_THREAD)
 
 
+def _refuse_small_floats(name: str, buffers: list[Buffer], body: Stmt) -> None:
+    """bfloat16 and float8 are CPU-only so far: the GPU kernels' conversions are not
+    written (the GPU issue's tensor cores bring them)."""
+    dts = {b.dtype.name for b in buffers if b.dtype.is_small_float}
+    for st in walk_stmt(body):
+        if isinstance(st, Allocate) and st.buffer.dtype.is_small_float:
+            dts.add(st.buffer.dtype.name)
+        for e in stmt_exprs(st):
+            dts.update(x.dtype.name for x in walk(e) if x.dtype.is_small_float)
+    if dts:
+        raise NotImplementedError(
+            f"cuda: kernel {name} uses {', '.join(sorted(dts))}, which the GPU backends do "
+            f"not compile yet; build it for a CPU target (llvm), where they are supported")
+
+
 def plan(name: str, buffers: list[Buffer], params: list[Var], body: Stmt):
     """The launches of a kernel, target-independent (CUDA C and NVPTX write them): for each
     top-level statement, its bound loops (the geometry), what each thread runs, its shared
     and register arrays, and the buffers and sizes it takes. Also the intermediate buffers
     the host allocates."""
+    _refuse_small_floats(name, buffers, body)
     temps: list[Buffer] = []
     while isinstance(body, Allocate):
         temps.append(body.buffer)

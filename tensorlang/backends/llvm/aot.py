@@ -175,7 +175,9 @@ _RUNTIME_FUNCTIONS = (AOT_THREAD_COUNT, "tl_aot_worker", AOT_LAUNCH)
 # a tensor element's C type, in headers and harnesses
 C_TYPES = {"bool": "uint8_t", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t",
             "int64": "int64_t", "uint8": "uint8_t", "float16": "uint16_t /* float16 */",
-            "float32": "float", "float64": "double"}
+            "float32": "float", "float64": "double", "bfloat16": "uint16_t /* bfloat16 */",
+            "float8_e4m3fn": "uint8_t /* float8_e4m3fn */",
+            "float8_e5m2": "uint8_t /* float8_e5m2 */"}
 
 _THREADED_ARCHES = ("x86_64", "aarch64", "riscv64", "powerpc64le", "powerpc64")
 

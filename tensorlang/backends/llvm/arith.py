@@ -1,6 +1,6 @@
 """The arithmetic of the LLVM code generator: binary operations (float with the kernel's
-fast-math flags, integers with floor division and modulo), selects, casts and float16 as
-float32 where the target has no native half arithmetic. A mixin of `FunctionCodegen`: it
+fast-math flags, integers with floor division and modulo), selects, casts, and float16 (where
+the target has no native half arithmetic), bfloat16 and float8 computed as float32. A mixin of `FunctionCodegen`: it
 uses the builder, `expr`, `ty` and the flags that class sets up.
 """
 
@@ -16,6 +16,7 @@ from ...ir.expr import (
 )
 from ...ir.visit import walk
 from .half import f16_to_f32, f32_to_f16, f64_to_f16
+from .smallfloat import decode, encode
 from .types import I1, I8, I32, I64, type_suffix  # noqa: F401 (I1: arith's API)
 
 
@@ -39,10 +40,9 @@ class ArithCodegen:
     def arith(self, e) -> ir.Value:
         x, y = self.expr(e.a), self.expr(e.b)
         d = e.dtype
-        if d.name == "float16" and not self.half_native[0]:
-            # in float32, rounded back after the operation (numpy's float16 results)
-            return self.narrow_half(self.float_arith(e, self.widen_half(x),
-                                                     self.widen_half(y)))
+        if self.soft(d):
+            # in float32, rounded back after the operation (numpy's and ml_dtypes' results)
+            return self.narrow(self.float_arith(e, self.widen(x, d), self.widen(y, d)), d)
         if d.is_float:
             return self.float_arith(e, x, y)
         return self.int_arith(e, x, y)
@@ -179,6 +179,19 @@ class ArithCodegen:
         phi.add_incoming(fv, else_end)
         return phi
 
+    def soft(self, d: DType) -> bool:
+        """Whether values of `d` are computed in float32 and rounded back: bfloat16 and the
+        float8s always, float16 where the target has no half arithmetic."""
+        return d.is_small_float or (d.name == "float16" and not self.half_native[0])
+
+    def widen(self, v: ir.Value, d: DType) -> ir.Value:
+        """A value of the soft dtype `d` as float32, exactly."""
+        return decode(self.builder, v, d.name) if d.is_small_float else self.widen_half(v)
+
+    def narrow(self, v: ir.Value, d: DType) -> ir.Value:
+        """A float32 or float64 value rounded once to the soft dtype `d`."""
+        return encode(self.builder, v, d.name) if d.is_small_float else self.narrow_half(v)
+
     def widen_half(self, v: ir.Value) -> ir.Value:
         """A float16 value (scalar or vector) as float32, exactly."""
         if self.half_native[0]:
@@ -202,6 +215,15 @@ class ArithCodegen:
         # float16 goes through float32 (exact) on every path but float64 -> float16, which
         # rounds once: LLVM would otherwise call compiler-rt for some of these conversions
         f32 = DType("float32", src.lanes)
+        if src.is_small_float:     # every value is a float32
+            w = decode(b, v, src.name)
+            return w if dst.name == "float32" else self.cast(w, f32, dst)
+        if dst.is_small_float:
+            if src.name == "float16":
+                v = self.widen_half(v)
+            elif not src.is_float:   # integers through float64: exact up to 2^53
+                v = self.cast(v, src, DType("float64", src.lanes))
+            return encode(b, v, dst.name)
         if src.name == "float16":
             w = self.widen_half(v)
             return w if dst.name == "float32" else self.cast(w, f32, dst)

@@ -8,6 +8,7 @@ Buffers are flattened here: the element (i, j) of a [n, m] buffer is at i*m + j.
 
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 
 from ...config import fastmath, fp_contract
@@ -155,6 +156,9 @@ class FunctionCodegen(AtomicCodegen, ArithCodegen, CheckCodegen, MemoryCodegen, 
                 return ir.Constant(t, int(e.value))
             if e.dtype.is_int:
                 return ir.Constant(t, int(e.value) & ((1 << e.dtype.bits) - 1))
+            if e.dtype.is_small_float:      # its bits, rounded as ml_dtypes rounds
+                bits = np.array(float(e.value), e.dtype.element.np).view(f"u{e.dtype.itemsize}")
+                return ir.Constant(t, int(bits))
             return ir.Constant(t, float(e.value))
         if isinstance(e, Load):
             if self.vec is not None:
@@ -168,8 +172,8 @@ class FunctionCodegen(AtomicCodegen, ArithCodegen, CheckCodegen, MemoryCodegen, 
         if isinstance(e, CmpOp):
             x, y = self.expr(e.a), self.expr(e.b)
             d = e.a.dtype
-            if d.name == "float16" and not self.half_native[0]:
-                x, y = self.widen_half(x), self.widen_half(y)
+            if self.soft(d):
+                x, y = self.widen(x, d), self.widen(y, d)
             if d.is_float:
                 return b.fcmp_ordered(_FCMP[type(e)], x, y) if not isinstance(e, NE) else \
                     b.fcmp_unordered("!=", x, y)
@@ -198,13 +202,14 @@ class FunctionCodegen(AtomicCodegen, ArithCodegen, CheckCodegen, MemoryCodegen, 
         args = [self.expr(a) for a in e.args]
         if e.name == "isnan":
             a = args[0]
-            if e.args[0].dtype.name == "float16" and not self.half_native[0]:
-                a = self.widen_half(a)
+            if self.soft(e.args[0].dtype):
+                a = self.widen(a, e.args[0].dtype)
             return b.fcmp_unordered("uno", a, a)
         d = e.dtype
-        half = d.name == "float16"
+        half = d.name == "float16" or d.is_small_float
         if half:  # libm and most targets compute half math in float
-            args = [self.widen_half(a) for a in args]
+            args = [self.widen(a, d) if d.is_small_float else self.widen_half(a)
+                    for a in args]
         t = args[0].type
         scalar_t = t.element if isinstance(t, ir.VectorType) else t
         if e.name in INLINE_F32 and isinstance(scalar_t, ir.FloatType):
@@ -230,7 +235,7 @@ class FunctionCodegen(AtomicCodegen, ArithCodegen, CheckCodegen, MemoryCodegen, 
         else:
             raise TensorlangError(f"llvm backend: unknown function {e.name}")
         if half:
-            return self.narrow_half(out)
+            return self.narrow(out, d) if d.is_small_float else self.narrow_half(out)
         return out
 
     # ---------------------------------------------------------------------- statements

@@ -14,7 +14,7 @@ def llvm_type(d: DType) -> ir.Type:
     """The LLVM type of a value of dtype `d` (a vector type for a vector dtype)."""
     if d.is_bool:
         t = I1
-    elif d.is_int:
+    elif d.is_int or d.is_small_float:      # a small float's bits (smallfloat.py)
         t = ir.IntType(d.bits)
     elif d.name == "float16":
         t = ir.HalfType()
