@@ -18,5 +18,8 @@ from .cpus import CPUModel, UnknownCPUError, cpu_model, cpu_models  # noqa: F401
 from .target import Target  # noqa: F401
 from . import aot  # noqa: F401,E402
 from .te import *  # noqa: F401,F403
+del intrin  # noqa: F821 (te's math module, which the star brought in under this name)
+from . import intrin  # noqa: F401,E402 (tl.intrin: the declared instructions)
+from .te.tensorize import TensorIntrin  # noqa: F401,E402
 
 __version__ = "0.1.0"

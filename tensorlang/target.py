@@ -40,6 +40,17 @@ _X86 = ("x86_64", "i386", "i686")
 MAX_TILE_ROWS = 8
 
 
+# the dot-product and matrix features AArch64 CPUs imply (LLVM's names): those tensorize's
+# instructions need (tl.intrin.arm); a CPU not listed implies none of them
+AARCH64_CPU_FEATURES = {
+    "neoverse-n1": ("dotprod",), "neoverse-n2": ("dotprod", "bf16", "i8mm"),
+    "neoverse-v1": ("dotprod", "bf16", "i8mm"), "neoverse-v2": ("dotprod", "bf16", "i8mm"),
+    "apple-m1": ("dotprod",), "apple-m2": ("dotprod", "bf16", "i8mm"),
+    "apple-m3": ("dotprod", "bf16", "i8mm"), "apple-m4": ("dotprod", "bf16", "i8mm"),
+    "cortex-a76": ("dotprod",), "cortex-x2": ("dotprod", "bf16", "i8mm"),
+}
+
+
 @dataclass(frozen=True)
 class Target:
     """A code-generation target. Build one with `Target.parse` (a preset name, an
@@ -121,6 +132,19 @@ class Target:
     @property
     def feature_set(self) -> set[str]:
         return {f for f in self.features.split(",") if f}
+
+    def has_feature(self, name: str) -> bool:
+        """Whether code for this target may use CPU feature `name` (LLVM's name, without
+        '+'): given in -mattr (or implied there by an x86 CPU's name, `parse`), or, on
+        AArch64, implied by the CPU named (`AARCH64_CPU_FEATURES`); "-name" removes it."""
+        f = self.feature_set
+        if f"-{name}" in f:
+            return False
+        if f"+{name}" in f:
+            return True
+        if self.arch in ("aarch64", "arm64"):
+            return name in AARCH64_CPU_FEATURES.get(self.cpu, ())
+        return False
 
     @property
     def vector_bits(self) -> int:

@@ -8,7 +8,9 @@ from .expr import (
     PRINTERS, Max, Min, Mul, Not, Or, Select, Sub, Var,
 )
 from .simplify import simplify
-from .stmt import Allocate, Barrier, ExternCall, For, If, Let, LoopKind, Seq, Stmt, Store
+from .stmt import (
+    Allocate, Barrier, ExternCall, For, If, Let, LoopKind, Seq, Stmt, Store, TensorCall,
+)
 
 _BINARY = {Add: ("+", 5), Sub: ("-", 5), Mul: ("*", 6), Div: ("/", 6), FloorDiv: ("//", 6),
            FloorMod: ("%", 6), LT: ("<", 4), LE: ("<=", 4), GT: (">", 4), GE: (">=", 4),
@@ -108,6 +110,10 @@ def _stmt(s: Stmt, indent: int, out: list[str]) -> None:
         outs = ", ".join(b.name for b in s.outputs)
         ins = ", ".join(b.name for b in s.inputs)
         out.append(f"{pad}{outs} = extern {s.what}({ins})")
+    elif isinstance(s, TensorCall):
+        ops = ", ".join(f"{b.name}[{', '.join(_expr(i) for i in base)}]"
+                        for b, base in zip(s.buffers, s.bases))
+        out.append(f"{pad}{getattr(s.intrin, 'name', s.intrin)}({ops})  # tensorized")
     elif isinstance(s, Barrier):
         out.append(f"{pad}sync_warp()" if s.scope == "warp" else f"{pad}sync_threads()")
     else:

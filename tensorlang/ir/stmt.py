@@ -147,6 +147,29 @@ class ExternCall(Stmt):
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
+class TensorCall(Stmt):
+    """One use of a declared hardware instruction (`Stage.tensorize`): `intrin`, a
+    `te.TensorIntrin` whose lowering the backend emits, on one region of each buffer in
+    `buffers` (the description's inputs, then its output). `bases[k]` indexes the element
+    of `buffers[k]` at the region's origin; the description's operand k lies along the
+    buffer's last dimensions from there (`TensorIntrin` says how many). The instruction
+    reads the input regions and, for a reduction, adds its result to the output region's
+    values; else it writes the output region."""
+
+    intrin: object
+    buffers: tuple
+    bases: tuple
+
+    @property
+    def inputs(self) -> tuple:
+        return self.buffers[:-1]
+
+    @property
+    def outputs(self) -> tuple:
+        return self.buffers[-1:]
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Seq(Stmt):
     stmts: tuple[Stmt, ...]
 

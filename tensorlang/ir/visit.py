@@ -8,7 +8,9 @@ from .expr import (
     And, BinaryOp, Call, Cast, CmpOp, Const, Expr, Load, Not, Or, Select, Var, binary, cast,
     compare, select,
 )
-from .stmt import Allocate, Barrier, Buffer, ExternCall, For, If, Let, Seq, Stmt, Store, seq
+from .stmt import (
+    Allocate, Barrier, Buffer, ExternCall, For, If, Let, Seq, Stmt, Store, TensorCall, seq,
+)
 
 
 def rebuild(e: Expr, kids: tuple[Expr, ...]) -> Expr:
@@ -96,6 +98,9 @@ def map_stmt(s: Stmt, fexpr: Callable[[Expr], Expr],
             return Let(x.var, fexpr(x.value), go(x.body))
         if isinstance(x, Barrier):
             return x
+        if isinstance(x, TensorCall):
+            return TensorCall(x.intrin, tuple(x.buffers if fbuf is None else map(fbuf, x.buffers)),
+                              tuple(tuple(fexpr(i) for i in b) for b in x.bases))
         if isinstance(x, ExternCall):
             if fbuf is None:
                 return x
@@ -135,6 +140,8 @@ def stmt_exprs(s: Stmt) -> list[Expr]:
         return [s.value]
     if isinstance(s, Allocate):
         return list(s.buffer.shape)
+    if isinstance(s, TensorCall):
+        return [i for b in s.bases for i in b]
     return []
 
 
@@ -154,11 +161,13 @@ def walk_stmt(s: Stmt) -> Iterator[Stmt]:
 def uses_buffer(s: Stmt, buf: Buffer) -> bool:
     """Whether a statement tree loads or stores `buf`."""
     for x in walk_stmt(s):
-        if isinstance(x, ExternCall):
+        if isinstance(x, (ExternCall, TensorCall)):
             if any(b is buf for b in x.buffers):
                 return True
-            continue
-        if isinstance(x, Store):
+            if isinstance(x, ExternCall):
+                continue
+            exprs = stmt_exprs(x)
+        elif isinstance(x, Store):
             if x.buffer is buf:
                 return True
             exprs = list(x.indices) + [x.value]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from ..errors import ScheduleError
 from ..ir.expr import Load, Var
+from ..ir.stmt import LoopKind
 from ..ir.visit import walk
 from ..te.tensor import Tensor
 
@@ -125,7 +126,7 @@ def bind_all(s, threads: int = 256) -> None:
     for st in s.stages:
         if st.inlined or st.state.attach is not None:
             continue
-        if any(lp.thread_tag for lp in st.state.loops):
+        if any(lp.kind in (LoopKind.GPU_BLOCK, LoopKind.GPU_THREAD) for lp in st.state.loops):
             continue
         if not st.op.axis:
             continue

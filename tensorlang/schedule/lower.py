@@ -19,6 +19,8 @@ from ..polyhedral import BoundsViolation, generate_loops, timed_statements
 from ..polyhedral.checks import strip_index_checks
 from ..te.tensor import Tensor
 from .schedule import Schedule
+from .tensorize import expand as expand_tensorized
+from .tensorize import plans as tensorize_plans
 from .update import atomic_stores
 
 
@@ -155,6 +157,7 @@ def lower(s: Schedule, args, name: str = "main", checks: bool = True,
                                 "fold_storage apply to a stage computed at a loop "
                                 f"(s[{st.id!r}].compute_at(...))")
     with timed("lower"):
+        tensorized = tensorize_plans(s)
         prog = s.program
         params = prog.params
         bufs = prog.bufs
@@ -167,6 +170,8 @@ def lower(s: Schedule, args, name: str = "main", checks: bool = True,
             timed_stmts = timed_statements(pl.entries + pl.barriers)
             debug_print(4, "isl schedule", "\n".join(str(t.time) for t in timed_stmts))
             body = generate_loops(timed_stmts, prog.context, params, pl.locals)
+        if tensorized:
+            body = expand_tensorized(body, tensorized)
         body = atomic_stores(body, s)
         used = _stored_buffers(body)
         # an update stage and its init share one buffer (two tensors, one Buffer)

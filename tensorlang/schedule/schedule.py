@@ -24,6 +24,8 @@ class Schedule:
     def __init__(self, outputs: list[Tensor]):
         self.outputs = outputs
         self.trace: list[TraceEntry] = []
+        # the instructions tensorize used, by name (a replayed trace names them)
+        self.intrinsics: dict = {}
         self.stages: list[Stage] = []
         self._by_op: dict[int, Stage] = {}
         # TVM's names for a scan's stage: its update op (s[s_update] is the scan's stage)
@@ -229,6 +231,8 @@ class Schedule:
     def replay(self, other: Schedule, trace=None) -> Schedule:
         """Apply this schedule's primitives (or `trace`, a list of TraceEntry), by stage
         id and loop name, to `other`."""
+        for name, intrin in self.intrinsics.items():
+            other.intrinsics.setdefault(name, intrin)
         for t in self.trace if trace is None else trace:
             target = other.stage(t.stage) if t.stage else other
             getattr(target, t.call.prim)(*t.call.args, **dict(t.call.kwargs))

@@ -73,6 +73,7 @@ class Stage:
         # pragma: loop name -> its keys' latest values, and the loops they unrolled
         self._pragmas: dict[str, dict] = {}
         self._pragma_unrolled: dict[str, tuple[str, ...]] = {}
+        self._tensorize = None     # (loop, TensorIntrin) once tensorized
         # after cache_write: the op that took over this stage's axes (the cache stage's),
         # whose spatial axes name this write-back stage's axes too (TVM's idiom)
         self.cached_from: ComputeOp | None = None
@@ -416,6 +417,39 @@ class Stage:
             if lp.kind is LoopKind.SERIAL:
                 chosen.append(lp.name)
         return chosen
+
+    def tensorize(self, axis, intrin) -> None:
+        """Replace the loop nest below `axis` (`axis` included) by one use of a declared
+        instruction (`tl.TensorIntrin`, or a built-in's name such as
+        "x86.vnni_u8s8_i32") per iteration of the loops around it. isl checks that the nest
+        computes what the instruction does, over a box of its extents, with each operand's
+        elements where the instruction reads them; a mismatch is refused with the iteration
+        and elements that differ (schedule/tensorize.py). Where the sizes leave a partial
+        box (the last tile of a split that does not divide), that use runs as plain
+        code. Apply it after the primitives that shape the nest."""
+        from .tensorize import MARK, match, resolve
+
+        name = self._loop(axis, "tensorize", "axis")
+        found = resolve(intrin, self.schedule.intrinsics)
+        if self._tensorize is not None:
+            raise ScheduleError(f"tensorize: stage {self.id} is tensorized already (one "
+                                "instruction per stage)")
+        match(self, name, found)
+        d = self.state.loop_index(name)
+        loops = list(self.state.loops)
+        loops[d] = replace(loops[d], thread_tag=MARK)
+        known = self.schedule.intrinsics.get(found.name)
+        if known is not None and known is not found:
+            raise ScheduleError(f"tensorize: this schedule uses another instruction named "
+                                f"{found.name!r}; give each TensorIntrin its own name")
+        self.schedule.intrinsics[found.name] = found
+        self._apply(replace(self.state, loops=tuple(loops)),
+                    Call("tensorize", (name,), (("intrin", found.name),)))
+        self._tensorize = (name, found)
+
+    def tensorized(self):
+        """(loop, TensorIntrin) of this stage's tensorize, or None."""
+        return self._tensorize
 
     def vectorize(self, loop) -> None:
         """Run a loop as one vector operation per statement (LLVM vector types). Serial or

@@ -18,7 +18,7 @@ from ...ir.expr import (
     EQ, GE, GT, LE, LT, NE, Add, And, Call, Cast, CmpOp, Const, Div, Expr, FloorDiv, FloorMod,
     IndexCheck, Load, Max, Min, Mul, Not, Or, Select, Sub, Var,
 )
-from ...ir.stmt import Allocate, Buffer, ExternCall, For, If, Let, Seq, Stmt, Store
+from ...ir.stmt import Allocate, Buffer, ExternCall, For, If, Let, Seq, Stmt, Store, TensorCall
 from ...ir.unswitch import hoist_tile_guards
 from ...ir.visit import stmt_exprs, walk, walk_stmt
 from ..abi import (  # noqa: F401 (AOT_THREADS ... record_entry_name: codegen's API)
@@ -32,6 +32,7 @@ from .half import native_conversions
 from .loops import NAN_IGNORING, NAN_UNSPECIFIED, LoopCodegen
 from .memory import MemoryCodegen
 from .stream import fence, streamed_buffers
+from .tensorcall import emit as emit_tensor_call
 from .transpose import TransposeCodegen
 from .types import I1, I8, I32, I64, llvm_type, memory_type, type_suffix  # noqa: F401 (I1: codegen's API)
 from .vector import VectorContext
@@ -309,6 +310,8 @@ class FunctionCodegen(AtomicCodegen, ArithCodegen, CheckCodegen, MemoryCodegen, 
             self.allocate(s)
         elif isinstance(s, ExternCall):
             self.extern_call(s)
+        elif isinstance(s, TensorCall):
+            emit_tensor_call(self, s)
         else:
             raise TensorlangError(f"llvm backend: unsupported statement {type(s).__name__}")
 

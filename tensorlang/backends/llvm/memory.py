@@ -11,7 +11,8 @@ from llvmlite import ir
 
 from ...errors import TensorlangError
 from ...ir.expr import Const, Expr
-from ...ir.stmt import Allocate, Buffer
+from ...ir.stmt import Allocate, Buffer, Stmt, TensorCall
+from ...ir.visit import walk_stmt
 from ..abi import Status
 from .registers import REGISTER_ARRAY_BYTES, UNROLL_BUDGET, VECTOR_PAD, rebase_register_loops, \
     register_code_size
@@ -74,7 +75,8 @@ class MemoryCodegen:
                 count *= int(x.value)
         if const and count * buf.dtype.itemsize <= STACK_LIMIT:
             small = count * buf.dtype.itemsize <= REGISTER_ARRAY_BYTES
-            if small and len(buf.shape) >= 2 and not buf.dtype.is_bool:
+            if small and len(buf.shape) >= 2 and not buf.dtype.is_bool and \
+                    not _read_whole(s.body, buf):
                 # rows of whole vectors: a register tile 56 wide would otherwise put the
                 # masked tail vector of one row over the next row's start, and SROA keeps
                 # overlapping vectors in memory (a conv's 4 x 56 tile)
@@ -127,3 +129,10 @@ class MemoryCodegen:
             self.stmt(s.body)
         free = self._declare("free", ir.VoidType(), [ir.IntType(8).as_pointer()])
         b.call(free, [raw])
+
+
+def _read_whole(body: Stmt, buf: Buffer) -> bool:
+    """Whether a declared instruction (`TensorCall`) reads or writes `buf` as one block of
+    memory in its declared layout: its rows are then not padded."""
+    return any(isinstance(x, TensorCall) and any(b is buf for b in x.buffers)
+               for x in walk_stmt(body))
