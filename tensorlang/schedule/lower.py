@@ -11,7 +11,7 @@ from ..config import debug_print, timed
 from ..errors import ScheduleError, TensorlangError
 from ..ir.expr import Const, Expr, Load, Var
 from ..ir.printer import expr_str, stmt_str
-from ..ir.stmt import Allocate, Buffer, ExternCall, Stmt, Store
+from ..ir.stmt import Allocate, Buffer, ExternCall, Stmt, Store, TensorCall
 from ..ir.visit import map_expr, map_stmt, walk_stmt
 from ..ir.gpu_block import has_gpu_loops
 from ..ir.gpu_block import prepare as prepare_blocks
@@ -102,7 +102,7 @@ def _stored_buffers(body: Stmt) -> set[int]:
     for x in walk_stmt(body):
         if isinstance(x, Store):
             out.add(id(x.buffer))
-        elif isinstance(x, ExternCall):
+        elif isinstance(x, (ExternCall, TensorCall)):
             out.update(id(b) for b in x.outputs)
     return out
 

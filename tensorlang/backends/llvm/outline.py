@@ -13,7 +13,7 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from ...ir.expr import Load, Var
-from ...ir.stmt import Buffer, For, Store
+from ...ir.stmt import Buffer, For, Store, TensorCall
 from ...ir.visit import stmt_exprs, walk, walk_stmt
 from ..abi import AOT_LAUNCH, AOT_THREAD_COUNT, AOT_THREADS, PARALLEL_LAUNCH
 from .checks import RECORD_VAR
@@ -46,6 +46,9 @@ def emit_parallel_loop(cg, s: For, lo: ir.Value) -> None:
                     used_bufs.setdefault(id(x.buffer), x.buffer)
         if isinstance(st, Store):
             used_bufs.setdefault(id(st.buffer), st.buffer)
+        elif isinstance(st, TensorCall):
+            for buf in st.buffers:
+                used_bufs.setdefault(id(buf), buf)
     for buf in used_bufs.values():
         for x in buf.shape:
             used_vars.update(v.name for v in walk(x) if isinstance(v, Var))

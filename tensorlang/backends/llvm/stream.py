@@ -25,7 +25,7 @@ from llvmlite import ir
 
 from ...config import debug_print, stream_stores
 from ...ir.expr import Add, Const, Expr, Load, Mul, binary
-from ...ir.stmt import Allocate, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store
+from ...ir.stmt import Allocate, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store, TensorCall
 from ...ir.affine import linear_coeff
 from ...ir.visit import stmt_exprs, substitute, walk, walk_stmt
 
@@ -62,7 +62,7 @@ def streamed_buffers(name: str, buffers: list[Buffer], body: Stmt, target) -> se
         return set()
     loaded = set()
     for st in walk_stmt(body):
-        if isinstance(st, Allocate):
+        if isinstance(st, (Allocate, TensorCall)):
             return set()
         loaded.update(id(x.buffer) for e in stmt_exprs(st) for x in walk(e)
                       if isinstance(x, Load))
