@@ -243,4 +243,14 @@ def run_lowered(f: LoweredFunc, arrays, sizes: dict[str, int] | None = None,
             if isinstance(ext, Const) and int(ext.value) != got:
                 raise TensorlangError(f"run_lowered: argument {b.name}: dimension {d} must be "
                                       f"{int(ext.value)}, got {got}")
+    if any(isinstance(x, TensorCall) for x in walk_stmt(f.body)):
+        # a backend's instruction runs as its description computes it
+        from dataclasses import replace as _replace
+
+        from ..ir.visit import map_children
+        from .tensorize import described
+
+        def go(x):
+            return described(x) if isinstance(x, TensorCall) else map_children(x, go)
+        f = _replace(f, body=go(f.body))
     interpret(f, list(arrays), sizes, parallel_order)

@@ -31,9 +31,9 @@ from ..ir.affine import affine_str
 from ..ir.expr import (
     EQ, And, BinaryOp, Call, Cast, CmpOp, Const, Expr, Load, Not, Or, Select, Var, compare,
 )
-from ..ir.stmt import For, If, Let, LoopKind, Seq, Stmt, Store, TensorCall, seq
+from ..ir.stmt import For, If, LoopKind, Seq, Stmt, Store, TensorCall, seq
 from ..ir.visit import substitute, walk, walk_stmt
-from ..te.tensor import ComputeOp, Reduce, Tensor
+from ..te.tensor import ComputeOp, Reduce
 from ..te.tensorize import Lowering, Region, TensorIntrin
 
 MARK = "tensorize"      # the thread_tag of a tensorized loop, from the stage to astgen
@@ -110,12 +110,14 @@ def _pair(real: Expr, desc: Expr, tensors: dict, loads: list, what: str) -> None
 
 
 def _body(op, intrin: TensorIntrin, what: str):
-    """(the stage's tensors for the operands, load pairs, the stage's value expression)."""
+    """(the stage's tensors for the operands, the pairs of loads: stage's, description's)."""
     dop = intrin.desc.op
     rb, db = op.body, dop.body
     if isinstance(db, Reduce) != isinstance(rb, Reduce):
-        raise ScheduleError(f"{what}: the instruction {'is' if isinstance(db, Reduce) else 'is not'} "
-                            f"a reduction; stage {op.name} {'is' if isinstance(rb, Reduce) else 'is not'}")
+        def kind(x):
+            return "is" if isinstance(x, Reduce) else "is not"
+        raise ScheduleError(f"{what}: the instruction {kind(db)} a reduction; stage "
+                            f"{op.name} {kind(rb)}")
     if isinstance(db, Reduce):
         if rb.combiner.name != db.combiner.name or len(rb.source) != 1:
             raise ScheduleError(f"{what}: stage {op.name} reduces with {rb.combiner.name}, "
@@ -200,7 +202,7 @@ def match(stage, loop: str, intrin: TensorIntrin) -> Plan:
     box = isl.Set(f"[{params}] -> {{ {lspace} : {box_c} }}")
     outside = times.subtract(box)
     if not outside.is_empty():
-        p = _point(outside.sample_point(), n)
+        p = _point(outside.lexmin().sample_point(), n)
         for q, t in enumerate(keep):
             v = p[d + q]
             if not 0 <= v < ext[t]:
@@ -210,6 +212,21 @@ def match(stage, loop: str, intrin: TensorIntrin) -> Plan:
                     f"{ext[t]} values from 0: split {inner[q].name} by {ext[t]}")
         raise ScheduleError(f"{what}: the nest below {loop} is not a box of "
                             f"{'x'.join(str(ext[t]) for t in keep)}")
+    # a loop the schedule itself bounds (a split's inner loop) must run over the box's
+    # extent: narrower, it would never make a whole box and run as plain code everywhere;
+    # wider, it leaves the box at larger sizes
+    ge = " and ".join(f"{a} >= 0" for a in st.axes) or "1 = 1"
+    universe = isl.Set(f"[{params}] -> {{ {op.name}[{', '.join(st.axes)}] : {ge} }}")
+    anywhere = st.sched.intersect_domain(universe).range()
+    for q, t in enumerate(keep):
+        one = anywhere.project_out(isl.dim_type.set, d + q + 1, n - d - q - 1) \
+            .project_out(isl.dim_type.set, 0, d + q)
+        if one.is_bounded() and not one.is_empty():
+            hi = one.lexmax().sample_point().get_coordinate_val(isl.dim_type.set, 0).to_python()
+            if hi + 1 != ext[t]:
+                raise ScheduleError(
+                    f"{what}: loop {inner[q].name} runs over {hi + 1} values; the "
+                    f"instruction's axis {axes[t].name} has {ext[t]}: split by {ext[t]}")
     outer = times.project_out(isl.dim_type.set, d, n - d)
     lifted = outer.insert_dims(isl.dim_type.set, d, n - d).set_tuple_name("L")
     missing = lifted.intersect(box).subtract(times)
@@ -247,7 +264,7 @@ def match(stage, loop: str, intrin: TensorIntrin) -> Plan:
         bad = real.subtract(expect).union(expect.subtract(real))
         if bad.is_empty():
             return
-        p = _point(bad.domain().sample_point(), n)
+        p = _point(bad.domain().lexmin().sample_point(), n)
         at = isl.Set(f"[{params}] -> {{ L[{', '.join(map(str, p))}] }}")
         got = _first(real.intersect_domain(at))
         want = _first(expect.intersect_domain(at))
@@ -400,6 +417,37 @@ def _use(plan: Plan, bases: tuple) -> Stmt:
         raise ScheduleError(f"tensorize: the impl of {intrin.name} must return a statement "
                             f"(Region.store(...), or several in a list), got {out!r}")
     return out
+
+
+def described(s: TensorCall) -> Stmt:
+    """One use of an instruction as its description computes it, in plain loop IR: what
+    the interpreter runs for a backend's instruction (the reference it is tested against)."""
+    from ..ir.dtype import int64
+    from ..ir.visit import map_expr
+
+    intrin = s.intrin
+    regions = [Region(t, b, intrin.shape(k), intrin.operands[k].name)
+               for k, (t, b) in enumerate(zip(s.buffers, s.bases))]
+    loop_vars = {a.name: Var(f"tz_{a.name}", int64) for a in intrin.axes}
+    by_input = {id(t): r for t, r in zip(intrin.inputs, regions)}
+
+    def fn(x):
+        if isinstance(x, Var) and x.name in loop_vars:
+            return loop_vars[x.name]
+        if isinstance(x, Load) and id(x.buffer) in by_input:
+            return by_input[id(x.buffer)][tuple(map_expr(i, fn) for i in x.indices)]
+        return None
+
+    value = map_expr(intrin.desc_source, fn)
+    out = regions[-1]
+    at = tuple(loop_vars[a.name] for a in intrin.desc.op.axis)
+    body = intrin.desc.op.body
+    if isinstance(body, Reduce):
+        value = body.combiner.combine((out[at],), (value,))[0]
+    stmt: Stmt = out.store(at, value)
+    for a in reversed(intrin.axes):
+        stmt = For(loop_vars[a.name], Const(0, int64), Const(int(a.extent.value), int64), stmt)
+    return stmt
 
 
 def plans(schedule) -> dict[str, Plan]:

@@ -27,6 +27,7 @@ from ..ir.expr import Const, Expr, Load, as_expr
 from ..ir.stmt import For, LoopKind, Stmt, Store
 from ..ir.expr import Var
 from ..ir.dtype import int64
+from ..ir.simplify import simplify
 from ..ir.visit import walk
 from .tensor import ComputeOp, PlaceholderOp, Reduce, Tensor
 
@@ -72,7 +73,7 @@ class Region:
             e = as_expr(i, int64) if not isinstance(i, Expr) else i
             if not e.dtype.is_int:
                 raise TensorlangError(f"region {self.name}: indices must be integers, got {i!r}")
-            out.append(b + e)
+            out.append(simplify(b + e))
         return tuple(out)
 
     def __getitem__(self, idx) -> Expr:

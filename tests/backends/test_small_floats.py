@@ -39,7 +39,8 @@ def _assert_same_bits(out, ref):
     width = f"u{out.dtype.itemsize}"
     nan = np.isnan(ref.astype(np.float64))
     assert np.isnan(out[nan].astype(np.float64)).all()
-    assert (np.signbit(out[nan].astype(np.float64)) == np.signbit(ref[nan].astype(np.float64))).all()
+    signs = np.signbit(out[nan].astype(np.float64)), np.signbit(ref[nan].astype(np.float64))
+    assert (signs[0] == signs[1]).all()
     bad = (out.view(width) != ref.view(width)) & ~nan
     assert not bad.any(), (out[bad][:5], ref[bad][:5], np.flatnonzero(bad)[:5])
 
@@ -124,16 +125,7 @@ def test_arithmetic_rounds_after_each_operation(dt, lanes, cpu_target, rng):
     """(a * b + a) / (b - 3) and max(a, b), sqrt(|a|): each step in float32, rounded back,
     as ml_dtypes' numpy arithmetic; sizes 1, a prime and one past a vector."""
     for n in (1, 37, 17):
-        A = tl.placeholder((n,), dt, name="A")
-        B = tl.placeholder((n,), dt, name="B")
-        C = tl.compute((n,), lambda i: (A[i] * B[i] + A[i]) / (B[i] - 3.0), name="C")
-        D = tl.compute((n,), lambda i: tl.max(A[i], B[i]) + tl.sqrt(tl.abs(A[i])), name="D")
-        s = tl.create_schedule([C.op, D.op])
-        if lanes > 1:
-            for T in (C, D):
-                _, inner = s[T].split(T.op.axis[0], factor=lanes)
-                s[T].vectorize(inner)
-        f = tl.build(s, [A, B, C, D], target=cpu_target)
+        f = _arith_kernel(n, dt, lanes, cpu_target)
         a = (rng.standard_normal(n) * 4).astype(dt)
         b = (rng.standard_normal(n) * 4).astype(dt)
         c, d = np.zeros(n, dt), np.zeros(n, dt)
@@ -141,6 +133,19 @@ def test_arithmetic_rounds_after_each_operation(dt, lanes, cpu_target, rng):
         with np.errstate(all="ignore"):
             _assert_same_bits(c, (a * b + a) / (b - dt_scalar(dt, 3.0)))
             _assert_same_bits(d, np.maximum(a, b) + np.sqrt(np.abs(a)))
+
+
+def _arith_kernel(n, dt, lanes, target):
+    A = tl.placeholder((n,), dt, name="A")
+    B = tl.placeholder((n,), dt, name="B")
+    C = tl.compute((n,), lambda i: (A[i] * B[i] + A[i]) / (B[i] - 3.0), name="C")
+    D = tl.compute((n,), lambda i: tl.max(A[i], B[i]) + tl.sqrt(tl.abs(A[i])), name="D")
+    s = tl.create_schedule([C.op, D.op])
+    if lanes > 1:
+        for T in (C, D):
+            _, inner = s[T].split(T.op.axis[0], factor=lanes)
+            s[T].vectorize(inner)
+    return tl.build(s, [A, B, C, D], target=target)
 
 
 def dt_scalar(dt, v):

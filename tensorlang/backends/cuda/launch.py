@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from ...errors import ScheduleError
 from ...ir.expr import EQ, Const, Expr, Load, Var, compare
-from ...ir.stmt import Allocate, Buffer, For, If, LoopKind, Seq, Stmt, Store
+from ...ir.stmt import Allocate, Buffer, For, If, LoopKind, Seq, Stmt, Store, TensorCall
 from ...ir.unswitch import unswitch
 from ...ir.visit import map_children, stmt_exprs, uses_buffer, walk, walk_stmt
 
@@ -122,6 +122,12 @@ def _refuse_small_floats(name: str, buffers: list[Buffer], body: Stmt) -> None:
     written (the GPU issue's tensor cores bring them)."""
     dts = {b.dtype.name for b in buffers if b.dtype.is_small_float}
     for st in walk_stmt(body):
+        if isinstance(st, TensorCall):
+            raise NotImplementedError(
+                f"cuda: kernel {name} uses the CPU instruction {st.intrin.name} (tensorize); "
+                "the GPU backends emit no declared instructions yet (tensor cores come with "
+                "the GPU issue). Tensorize with a TensorIntrin whose impl is plain IR, or "
+                "build for a CPU target")
         if isinstance(st, Allocate) and st.buffer.dtype.is_small_float:
             dts.add(st.buffer.dtype.name)
         for e in stmt_exprs(st):

@@ -1,7 +1,7 @@
 """The arithmetic of the LLVM code generator: binary operations (float with the kernel's
 fast-math flags, integers with floor division and modulo), selects, casts, and float16 (where
-the target has no native half arithmetic), bfloat16 and float8 computed as float32. A mixin of `FunctionCodegen`: it
-uses the builder, `expr`, `ty` and the flags that class sets up.
+the target has no native half arithmetic), bfloat16 and float8 computed as float32. A mixin
+of `FunctionCodegen`: it uses the builder, `expr`, `ty` and the flags that class sets up.
 """
 
 from __future__ import annotations

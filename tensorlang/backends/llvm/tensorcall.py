@@ -75,16 +75,29 @@ def _sdot(cg, ptrs):
     _store(cg, bb.call(fn, [acc, av, bv]), c, 4)
 
 
+class _BFloat(ir.Type):
+    """LLVM's `bfloat`, which llvmlite has no class for (only its name is needed: values of
+    it are bitcasts of 16-bit integers)."""
+
+    def _to_string(self) -> str:
+        return "bfloat"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _BFloat)
+
+    def __hash__(self) -> int:
+        return hash("bfloat")
+
+
 def _bfmmla(cg, ptrs):
     """c (2x2 float32) += a (2x4 bfloat16) times b (2x4 bfloat16) transposed."""
     a, b, c = ptrs
     bb = cg.builder
     v8 = _vec(ir.IntType(16), 8)
-    av, bv = _load(cg, a, v8), _load(cg, b, v8)
+    bf8 = _vec(_BFloat(), 8)
+    av, bv = (bb.bitcast(_load(cg, x, v8), bf8) for x in (a, b))
     acc = _load(cg, c, _vec(F32, 4), 4)
-    # LLVM's bfloat vectors have no llvmlite type: the intrinsic is declared on <8 x i16>,
-    # which LLVM's textual IR takes as the bits of <8 x bfloat> (`bf16_vector` below)
-    fn = cg._declare("llvm.aarch64.neon.bfmmla", acc.type, [acc.type, v8, v8])
+    fn = cg._declare("llvm.aarch64.neon.bfmmla", acc.type, [acc.type, bf8, bf8])
     _store(cg, bb.call(fn, [acc, av, bv]), c, 4)
 
 
