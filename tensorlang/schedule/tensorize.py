@@ -169,6 +169,10 @@ def match(stage, loop: str, intrin: TensorIntrin) -> Plan:
     st = stage.state
     d = st.loop_index(loop)
     inner = st.loops[d:]
+    for lp in st.loops[:d]:
+        if lp.kind is LoopKind.VECTORIZED:
+            raise ScheduleError(f"{what}: loop {lp.name} around it is vectorized; an "
+                                "instruction runs once per iteration of the loops around it")
     if inner[0].kind is not LoopKind.SERIAL:
         raise ScheduleError(f"{what}: loop {loop} is {inner[0].kind.name.lower()}; the "
                             "tensorized loop must be a plain serial loop")

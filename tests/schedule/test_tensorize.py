@@ -137,6 +137,11 @@ def test_refusals_name_what_differs():
     s5[C].unroll(ri)
     with pytest.raises(tl.ScheduleError, match="r.inner is unrolled; the tensorized loop"):
         s5[C].tensorize(ri, intrin)
+    # a vector loop around it
+    s8, _, C9, ri9 = dot_matmul(3, 16, 8)
+    s8[C9].vectorize(C9.op.axis[1])
+    with pytest.raises(tl.ScheduleError, match="loop j around it is vectorized"):
+        s8[C9].tensorize(ri9, intrin)
     # a name that is not an instruction
     with pytest.raises(tl.ScheduleError, match="not a built-in"):
         s5[C].tensorize(ri, "x86.nope")

@@ -1,0 +1,177 @@
+"""Tutorial 12: new hardware units — int8 and bfloat16 matmuls on the CPU's dot-product
+instructions, and an instruction of your own.
+
+Today's CPUs multiply low-precision numbers in dedicated instructions: AVX512-VNNI's
+`vpdpbusd` adds 16 dot products of 4 bytes each to 16 int32 sums in one instruction, and
+AVX512-BF16's `vdpbf16ps` does the same with pairs of bfloat16s into float32 sums. A
+schedule reaches them with `tensorize`: the loop nest below a loop becomes one use of a
+declared instruction (`tl.TensorIntrin`: what it computes, as a tiny `tl.compute`, and how it
+runs). isl checks that the nest computes exactly that; when it does not, it says at which
+iteration and which element differ.
+
+Steps, each timed beside the float32 matmul of the graph executor:
+1. int8 in plain loops (int32 arithmetic, vectorized);
+2. int8 on VNNI: B packed in blocks of 16 columns x 4 rows, 4 rows x 4 vectors of sums in
+   registers, `tensorize` on the 16 x 4 block;
+3. bfloat16 on BF16 the same way (blocks of 2 rows);
+4. an instruction of your own: a "4-wide dot" in plain IR, refused on a transposed operand,
+   accepted once the operand is packed.
+
+On a CPU without VNNI or BF16 the kernels are built (for a CPU that has them) but not run.
+
+Run: python tutorials/12_new_hardware_units.py
+"""
+
+import os
+
+import ml_dtypes
+import numpy as np
+
+import tensorlang as tl
+import tensorlang.graph as G
+
+N = int(os.environ.get("TL_TUTORIAL_N", "1024"))
+HOST = tl.Target.parse("llvm")
+
+
+def rate(fn, args, unit="GOPS"):
+    """The median of 5 rounds of calls, with the slowest and fastest (`tl.testing`)."""
+    return tl.testing.benchmark(fn, *args, repeat=5).rate(2.0 * N * N * N, unit)
+
+
+def packed_matmul(a_dt, b_dt, acc, lanes, depth, intrin=None, rows=4, vecs=4):
+    """C[i, j] = sum_k A[i, k] * B[k, j] in `acc`, with B packed as
+    Bp[j // lanes, k // depth, j % lanes, k % depth] (zeros past the edges): each block of
+    lanes x depth is one 64-byte run, as the instruction reads it. Register tiles of `rows`
+    rows x `vecs` vectors of sums; the block below them tensorized with `intrin`."""
+    A = tl.placeholder((N, N), a_dt, name="A")
+    B = tl.placeholder((N, N), b_dt, name="B")
+    nb, kb = -(-N // lanes), -(-N // depth)
+    Bp = tl.compute((nb, kb, lanes, depth), lambda jo, ko, ji, ki: tl.if_then_else(
+        tl.all(ko * depth + ki < N, jo * lanes + ji < N), B[ko * depth + ki, jo * lanes + ji],
+        tl.const(0, b_dt)), name="Bp")
+    k = tl.reduce_axis((0, N), name="k")
+    C = tl.compute((N, N), lambda i, j: tl.sum(
+        A[i, k].astype(acc) * Bp[j // lanes, k // depth, j % lanes, k % depth].astype(acc),
+        axis=k), name="C")
+    s = tl.create_schedule(C)
+    i, j = C.op.axis
+    io, ii = s[C].split(i, factor=rows)
+    jo, ji = s[C].split(j, factor=lanes * vecs)
+    jm, ji = s[C].split(ji, factor=lanes)
+    ko, ki = s[C].split(k, factor=depth)
+    s[C].reorder(io, jo, ko, ii, jm, ji, ki)
+    s[C].unroll(ii)
+    s[C].unroll(jm)
+    s[C].parallel(io)
+    s[Bp].parallel(Bp.op.axis[0])
+    if intrin is not None:
+        s[C].tensorize(ji, intrin)
+    else:                        # the plain kernel: the lanes vectorized, k innermost
+        s[C].reorder(io, jo, ko, ii, jm, ki, ji)
+        s[C].vectorize(ji)
+    return s, [A, B, C]
+
+
+def plain_int8():
+    """The int8 matmul in plain loops: int32 sums, 16 lanes vectorized."""
+    return packed_matmul("uint8", "int8", "int32", 16, 4)
+
+
+def run_or_build(name, sched, args, arrays, feature, check):
+    """Build for the host and run, where the CPU has `feature`; else build for a CPU that
+    has it (znver4) and show the instruction in its assembly."""
+    if HOST.has_feature(feature):
+        mod = tl.build(sched, args, name=name)
+        mod(*arrays)
+        check(arrays[-1])
+        return mod
+    mod = tl.build(sched, args, name=name, target="llvm -mcpu=znver4")
+    print(f"  this CPU ({HOST.cpu}) has no {feature}: built for znver4, not run")
+    return None
+
+
+def main():
+    rng = np.random.default_rng(0)
+    print(f"{HOST.cpu}, {HOST.cores} threads; {N}x{N}x{N}")
+
+    # float32 beside it: the graph executor's matmul
+    x, y = G.Variable("x", (N, N), "float32"), G.Variable("y", (N, N), "float32")
+    ex = G.Executor([G.matmul(x, y)])
+    xf, yf = rng.standard_normal((N, N)).astype("f4"), rng.standard_normal((N, N)).astype("f4")
+    out = np.empty((N, N), "f4")
+    print(f"float32 (graph executor): {rate(lambda: ex.run({x: xf, y: yf}, out=[out]), (), 'GFLOPS')}")
+
+    # 1-2. int8: plain loops, then VNNI
+    a = rng.integers(0, 256, (N, N), dtype=np.uint8)
+    b = rng.integers(-128, 128, (N, N), dtype=np.int8)
+    want = a.astype(np.int64) @ b.astype(np.int64)
+
+    def exact(c):
+        np.testing.assert_array_equal(c, want.astype(np.int32))
+
+    c = np.zeros((N, N), np.int32)
+    plain = tl.build(*plain_int8(), name="mm_int8")
+    plain(a, b, c)
+    exact(c)
+    print(f"int8, plain loops:        {rate(plain, (a, b, c))}")
+
+    s, args = packed_matmul("uint8", "int8", "int32", 16, 4, tl.intrin.x86.vnni_u8s8_i32)
+    print(s.trace_text())
+    vnni = run_or_build("mm_vnni", s, args, [a, b, np.zeros((N, N), np.int32)], "avx512vnni",
+                        exact)
+    asm = (vnni or tl.build(s, args, target="llvm -mcpu=znver4")).get_source("asm")
+    print(f"  inner loop: {sum('vpdpbusd' in ln for ln in asm.splitlines())} vpdpbusd")
+    if vnni is not None:
+        print(f"int8, VNNI:               {rate(vnni, (a, b, c))}")
+
+    # 3. bfloat16 on BF16
+    ab = rng.standard_normal((N, N)).astype(ml_dtypes.bfloat16)
+    bb = rng.standard_normal((N, N)).astype(ml_dtypes.bfloat16)
+    want_bf = ab.astype(np.float32) @ bb.astype(np.float32)
+
+    def close(c):
+        np.testing.assert_allclose(c, want_bf, rtol=1e-3, atol=1e-3 * np.sqrt(N))
+
+    s, args = packed_matmul("bfloat16", "bfloat16", "float32", 16, 2, "x86.bf16_dot_f32")
+    cf = np.zeros((N, N), np.float32)
+    bf = run_or_build("mm_bf16", s, args, [ab, bb, cf], "avx512bf16", close)
+    if bf is not None:
+        print(f"bfloat16, BF16:           {rate(bf, (ab, bb, cf), 'GFLOPS')}")
+
+    # 4. an instruction of your own: c[0] += a . b over 4 floats, written in plain IR
+    da = tl.placeholder((4,), "float32", name="a")
+    db = tl.placeholder((4,), "float32", name="b")
+    q = tl.reduce_axis((0, 4), name="q")
+    dc = tl.compute((1,), lambda _: tl.sum(da[q] * db[q], axis=q), name="c")
+
+    def dot4_impl(ra, rb, rc):
+        return rc.store((0,), rc[0] + sum(ra[t] * rb[t] for t in range(4)))
+    dot4 = tl.TensorIntrin(dc, dot4_impl, name="dot4")
+
+    M = 8
+    X = tl.placeholder((M, M), name="X")
+    Yt = tl.placeholder((M, M), name="Yt")            # Y stored transposed: Yt[k, j]
+    r = tl.reduce_axis((0, M), name="r")
+    Z = tl.compute((M, M), lambda i, j: tl.sum(X[i, r] * Yt[r, j], axis=r), name="Z")
+    s = tl.create_schedule(Z)
+    _, ri = s[Z].split(r, factor=4)
+    try:
+        s[Z].tensorize(ri, dot4)
+    except tl.ScheduleError as e:
+        print(f"refused: {e}")
+    Yp = tl.compute((M, M), lambda j, t: Yt[t, j], name="Yp")   # pack: rows of Y
+    Z = tl.compute((M, M), lambda i, j: tl.sum(X[i, r] * Yp[j, r], axis=r), name="Z")
+    s = tl.create_schedule(Z)
+    _, ri = s[Z].split(r, factor=4)
+    s[Z].tensorize(ri, dot4)
+    print(tl.lower(s, [X, Yt, Z]))
+    xs, ys = rng.standard_normal((M, M)).astype("f4"), rng.standard_normal((M, M)).astype("f4")
+    zs = np.zeros((M, M), "f4")
+    tl.build(s, [X, Yt, Z])(xs, ys, zs)
+    np.testing.assert_allclose(zs, xs @ ys, rtol=1e-5, atol=1e-5)
+    print("OK")
+
+
+if __name__ == "__main__":
+    main()
