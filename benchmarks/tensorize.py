@@ -61,7 +61,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=1024)
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--calls", type=int, default=10)
+    p.add_argument("--calls", type=int, default=40)
     args = p.parse_args(argv)
     n = args.n
     host = tl.Target.parse("llvm")
@@ -106,8 +106,12 @@ def main(argv=None):
     rounds = {k: [] for k in systems}
     for _ in range(args.rounds):
         for name, fn in systems.items():
+            # onnxruntime's pool spins for a while after a run: a pause keeps its threads
+            # off the cores while the next system is timed
+            time.sleep(0.3)
             rounds[name].append(2.0 * n ** 3 / _time(fn, args.calls) / 1e9)
-    print(f"\n{host.cpu} ({host.cores} threads, target {host}), {n}^3, {args.rounds} rounds "
+    print(f"\n{host.cpu} ({host.cores} threads, vectors of {host.vector_bits} bits), {n}^3, "
+          f"{args.rounds} rounds "
           f"of {args.calls} calls, systems in turn")
     print(f"{'system':28s} {'best':>8s} {'median':>8s}  (GOPS)")
     for name, r in rounds.items():
