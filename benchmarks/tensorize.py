@@ -1,12 +1,14 @@
 """int8 and bfloat16 matmuls on the CPU's dot-product instructions (tutorial 12's kernels)
 beside onnxruntime's MatMulInteger (MLAS, VNNI where the CPU has it) and tensorlang's float32
-matmul, in one process, the systems taken in turn each round.
+matmul; an int8 ResNet 3x3 conv (64 -> 64 channels at 56x56) on VNNI beside onnxruntime's
+ConvInteger and QLinearConv. In one process, the systems taken in turn each round.
 
-    python benchmarks/tensorize.py [--n 1024] [--rounds 5]
+    python benchmarks/tensorize.py [--n 1024] [--rounds 5] [--calls 40]
 
-Prints the CPU, each system's best and median round (GOPS: 2*n^3 multiply-adds counted as
-two operations each), and the ratios the tensorize issue asks for: int8 / onnxruntime,
-int8 / float32, bf16 / float32. Peers that are not installed are left out, saying so.
+Prints the CPU, each system's best and median round (GOPS: a multiply-add counted as two
+operations), and the ratios the tensorize issue asks for: int8 / onnxruntime, int8 /
+float32, bf16 / float32, conv / onnxruntime. Peers that are not installed are left out,
+saying so.
 """
 
 from __future__ import annotations
@@ -57,6 +59,101 @@ def _ort_matmul_integer(a, b, threads):
     return lambda: sess.run(None, feed)
 
 
+def conv_vnni(n, c, h, k, cols=14):
+    """The int8 3x3 conv (pad 1) in the channel-blocked form on VNNI: input packed as
+    [n, C/4, H+2, W+2, 4], weights as [K/16, C/4, 3, 3, 16, 4], a local tile of `cols`
+    columns x 16 channels of int32 sums per column tile, its 16 x 4 blocks tensorized, the
+    output unpacked to NCHW (every copy inside the call)."""
+    X = tl.placeholder((n, c, h, h), "uint8", name="X")
+    W = tl.placeholder((k, c, 3, 3), "int8", name="W")
+    Xp = tl.compute((n, c // 4, h + 2, h + 2, 4), lambda b, cb, y, x, ci: tl.if_then_else(
+        tl.all(y >= 1, y <= h, x >= 1, x <= h), X[b, cb * 4 + ci, y - 1, x - 1],
+        tl.const(0, "uint8")), name="Xp")
+    Wp = tl.compute((k // 16, c // 4, 3, 3, 16, 4), lambda kb, cb, ry, rx, ki, ci:
+                    W[kb * 16 + ki, cb * 4 + ci, ry, rx], name="Wp")
+    cb, ry, rx, ci = (tl.reduce_axis((0, e), name=nm)
+                      for e, nm in ((c // 4, "cb"), (3, "ry"), (3, "rx"), (4, "ci")))
+    Yp = tl.compute((n, k // 16, h, h, 16), lambda b, kb, y, x, ki: tl.sum(
+        Xp[b, cb, y + ry, x + rx, ci].astype("int32") * Wp[kb, cb, ry, rx, ki, ci].astype("int32"),
+        axis=[cb, ry, rx, ci]), name="Yp")
+    Y = tl.compute((n, k, h, h), lambda b, o, y, x: Yp[b, o // 16, y, x, o % 16], name="Y")
+    s = tl.create_schedule(Y)
+    L = s.cache_write(Yp, "local")
+    b, kb, y, x, ki = s[Yp].op.axis
+    xo, xi = s[Yp].split(x, factor=cols)
+    s[Yp].reorder(b, kb, y, xo, xi, ki)
+    s[Yp].parallel(s[Yp].fuse(kb, y))
+    s[Yp].vectorize(ki)
+    s[L].compute_at(s[Yp], xo)
+    lb, lkb, ly, lx, lki = s[L].op.axis
+    s[L].reorder(lb, lkb, ly, *s[L].op.reduce_axis[:3], lx, lki, s[L].op.reduce_axis[3])
+    s[L].unroll(lx)
+    s[L].tensorize(lki, tl.intrin.x86.vnni_u8s8_i32)
+    a = Xp.op.axis
+    s[Xp].parallel(s[Xp].fuse(a[1], a[2]))
+    s[Wp].parallel(Wp.op.axis[0])
+    s[Y].parallel(s[Y].fuse(Y.op.axis[1], Y.op.axis[2]))
+    return s, [X, W, Y]
+
+
+def _ort_conv(x, w, threads, quantized: bool):
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    n, c, h, _ = x.shape
+    k = w.shape[0]
+    if quantized:       # requantised to uint8: the scales and zero points as MLAS takes them
+        consts = [("xs", np.float32(0.02)), ("xz", np.uint8(0)), ("w", w),
+                  ("ws", np.float32(0.01)), ("wz", np.int8(0)), ("ys", np.float32(50.0)),
+                  ("yz", np.uint8(128))]
+        inits = [numpy_helper.from_array(np.asarray(v), nm) for nm, v in consts]
+        node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"],
+                                ["y"], pads=[1, 1, 1, 1])
+        ins = [helper.make_tensor_value_info("x", TensorProto.UINT8, [n, c, h, h])]
+        out_t = TensorProto.UINT8
+    else:
+        inits = [numpy_helper.from_array(w, "w")]
+        node = helper.make_node("ConvInteger", ["x", "w"], ["y"], pads=[1, 1, 1, 1])
+        ins = [helper.make_tensor_value_info("x", TensorProto.UINT8, [n, c, h, h])]
+        out_t = TensorProto.INT32
+    graph = helper.make_graph([node], "conv", ins,
+                              [helper.make_tensor_value_info("y", out_t, [n, k, h, h])],
+                              initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"])
+    feed = {"x": x}
+    return lambda: sess.run(None, feed)
+
+
+def _rounds(systems: dict, work: float, rounds: int, calls: int) -> dict:
+    out = {k: [] for k in systems}
+    for _ in range(rounds):
+        for name, fn in systems.items():
+            # onnxruntime's pool spins for a while after a run: a pause keeps its threads
+            # off the cores while the next system is timed
+            time.sleep(0.3)
+            out[name].append(work / _time(fn, calls) / 1e9)
+    return out
+
+
+def _table(title: str, rounds: dict) -> None:
+    print(f"\n{title}")
+    print(f"{'system':32s} {'best':>8s} {'median':>8s}  (GOPS)")
+    for name, r in rounds.items():
+        print(f"{name:32s} {max(r):8.1f} {statistics.median(r):8.1f}")
+
+
+def _ratio(rounds: dict, x: str, y: str) -> None:
+    if x in rounds and y in rounds:
+        print(f"{x} / {y}: {max(rounds[x]) / max(rounds[y]):.2f} best, "
+              f"{statistics.median(rounds[x]) / statistics.median(rounds[y]):.2f} median")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=1024)
@@ -103,27 +200,38 @@ def main(argv=None):
     xf, yf = a.astype("f4"), b.astype("f4")
     out = np.empty((n, n), "f4")
     systems["tensorlang float32"] = lambda: ex.run({x: xf, y: yf}, out=[out])
-    rounds = {k: [] for k in systems}
-    for _ in range(args.rounds):
-        for name, fn in systems.items():
-            # onnxruntime's pool spins for a while after a run: a pause keeps its threads
-            # off the cores while the next system is timed
-            time.sleep(0.3)
-            rounds[name].append(2.0 * n ** 3 / _time(fn, args.calls) / 1e9)
-    print(f"\n{host.cpu} ({host.cores} threads, vectors of {host.vector_bits} bits), {n}^3, "
-          f"{args.rounds} rounds "
-          f"of {args.calls} calls, systems in turn")
-    print(f"{'system':28s} {'best':>8s} {'median':>8s}  (GOPS)")
-    for name, r in rounds.items():
-        print(f"{name:28s} {max(r):8.1f} {statistics.median(r):8.1f}")
+    rounds = _rounds(systems, 2.0 * n ** 3, args.rounds, args.calls)
+    _table(f"{host.cpu} ({host.cores} threads, vectors of {host.vector_bits} bits), matmul "
+           f"{n}^3, {args.rounds} rounds of {args.calls} calls, systems in turn", rounds)
+    _ratio(rounds, "tensorlang int8 (VNNI)", "onnxruntime MatMulInteger")
+    _ratio(rounds, "tensorlang int8 (VNNI)", "tensorlang float32")
+    _ratio(rounds, "tensorlang bf16 (BF16)", "tensorlang float32")
 
-    def ratio(x, y):
-        if x in rounds and y in rounds:
-            print(f"{x} / {y}: {max(rounds[x]) / max(rounds[y]):.2f} best, "
-                  f"{statistics.median(rounds[x]) / statistics.median(rounds[y]):.2f} median")
-    ratio("tensorlang int8 (VNNI)", "onnxruntime MatMulInteger")
-    ratio("tensorlang int8 (VNNI)", "tensorlang float32")
-    ratio("tensorlang bf16 (BF16)", "tensorlang float32")
+    # the int8 conv: a ResNet layer
+    nb, c, h, k = 1, 64, 56, 64
+    x8 = rng.integers(0, 256, (nb, c, h, h), dtype=np.uint8)
+    w8 = rng.integers(-128, 128, (k, c, 3, 3), dtype=np.int8)
+    xp = np.pad(x8.astype(np.int64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))
+    want = np.einsum("ncijpq,ocpq->noij", win, w8.astype(np.int64)).astype(np.int32)
+    convs = {}
+    y8 = np.zeros((nb, k, h, h), np.int32)
+    if host.has_feature("avx512vnni"):
+        cf_ = tl.build(*conv_vnni(nb, c, h, k), name="conv_vnni")
+        cf_(x8, w8, y8)
+        np.testing.assert_array_equal(y8, want)
+        convs["tensorlang int8 conv (VNNI)"] = lambda: cf_(x8, w8, y8)
+    try:
+        ci_ = _ort_conv(x8, w8, threads, False)
+        np.testing.assert_array_equal(ci_()[0], want)
+        convs["onnxruntime ConvInteger"] = ci_
+        convs["onnxruntime QLinearConv"] = _ort_conv(x8, w8, threads, True)
+    except ImportError as e:
+        print(f"onnxruntime is not installed ({e}): left out")
+    crounds = _rounds(convs, 2.0 * nb * k * c * 9 * h * h, args.rounds, args.calls)
+    _table(f"int8 conv2d 3x3 {nb}x{c}x{h}x{h} -> {k}, pad 1", crounds)
+    _ratio(crounds, "tensorlang int8 conv (VNNI)", "onnxruntime ConvInteger")
+    _ratio(crounds, "tensorlang int8 conv (VNNI)", "onnxruntime QLinearConv")
 
 
 if __name__ == "__main__":

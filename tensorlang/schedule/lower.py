@@ -171,7 +171,7 @@ def lower(s: Schedule, args, name: str = "main", checks: bool = True,
             debug_print(4, "isl schedule", "\n".join(str(t.time) for t in timed_stmts))
             body = generate_loops(timed_stmts, prog.context, params, pl.locals)
         if tensorized:
-            body = expand_tensorized(body, tensorized)
+            body = expand_tensorized(body, tensorized, pl.locals)
         body = atomic_stores(body, s)
         used = _stored_buffers(body)
         # an update stage and its init share one buffer (two tensors, one Buffer)

@@ -334,7 +334,7 @@ def _contiguous(t, intrin: TensorIntrin, k: int, what: str) -> None:
 
 
 # ---------------------------------------------------------------------------- lowering
-def _chain(loop: For, plan: Plan):
+def _chain(loop: For, plan: Plan, tensor_of: dict):
     """The loops of a tensorized nest, outer first, and the statements besides them at each
     level (a reduction's initial values): (loops, the update store) or None when the nest
     is not a plain chain (a partial box that isl wrote another way)."""
@@ -346,7 +346,7 @@ def _chain(loop: For, plan: Plan):
             cur = cur.body
             continue
         if isinstance(cur, Seq):
-            rest = [s for s in cur.stmts if not _is_init(s, plan)]
+            rest = [s for s in cur.stmts if not _is_init(s, plan, tensor_of)]
             if len(rest) != 1:
                 return None
             cur = rest[0]
@@ -356,29 +356,32 @@ def _chain(loop: For, plan: Plan):
         return None
 
 
-def _is_init(s: Stmt, plan: Plan) -> bool:
+def _is_init(s: Stmt, plan: Plan, tensor_of: dict) -> bool:
     """A reduction's initial value: a store of the output without a load."""
-    return isinstance(s, Store) and s.buffer is plan.tensors[-1] and \
+    return isinstance(s, Store) and \
+        tensor_of.get(id(s.buffer), s.buffer) is plan.tensors[-1] and \
         not any(isinstance(x, Load) for x in walk(s.value))
 
 
-def _inits(s: Stmt, plan: Plan) -> Stmt | None:
+def _inits(s: Stmt, plan: Plan, tensor_of: dict) -> Stmt | None:
     """`s` with only its initial-value stores (and the loops around them)."""
-    if _is_init(s, plan):
+    if _is_init(s, plan, tensor_of):
         return s
     if isinstance(s, For):
-        b = _inits(s.body, plan)
+        b = _inits(s.body, plan, tensor_of)
         return None if b is None else For(s.var, s.min, s.extent, b, LoopKind.SERIAL)
     if isinstance(s, Seq):
-        kept = [x for x in (_inits(y, plan) for y in s.stmts) if x is not None]
+        kept = [x for x in (_inits(y, plan, tensor_of) for y in s.stmts) if x is not None]
         return seq(kept) if kept else None
     return None
 
 
-def _bases(store: Store, plan: Plan, loops: list[For]) -> tuple:
-    """The element of each operand at the use's origin (the description's index 0): the
-    generated read's indices with the nest's loops at their first values, less the
-    description's index there (each operand is read once: `TensorIntrin`)."""
+def _bases(store: Store, plan: Plan, loops: list[For], tensor_of: dict) -> tuple:
+    """(the buffer of each operand in the generated nest — its tensor, or the local buffer
+    that stands for it where it is computed at a loop — and the element at the use's
+    origin: the description's index 0). The origin is the generated read's indices with the
+    nest's loops at their first values, less the description's index there (each operand
+    is read once: `TensorIntrin`)."""
     from ..ir.simplify import simplify
 
     at = {lp.var.name: lp.min for lp in loops}
@@ -386,36 +389,41 @@ def _bases(store: Store, plan: Plan, loops: list[For]) -> tuple:
     desc_loads = {id(x.buffer): x for x in walk(intrin.desc_source) if isinstance(x, Load)}
     first: dict[int, Load] = {}
     for x in walk(store.value):
-        if isinstance(x, Load) and id(x.buffer) not in first:
-            first[id(x.buffer)] = x
+        if isinstance(x, Load):
+            first.setdefault(id(tensor_of.get(id(x.buffer), x.buffer)), x)
     zero = {a.name: Const(0, a.var.dtype) for a in intrin.axes}
-    out = []
+    bufs, out = [], []
     for k, t in enumerate(plan.tensors):
         if k < len(plan.tensors) - 1:
             if id(t) not in first:
                 raise ScheduleError(f"tensorize({plan.loop}): internal: no read of {t.name} "
                                     "in the generated nest")
-            real = first[id(t)].indices
+            buf, real = first[id(t)].buffer, first[id(t)].indices
             dz = desc_loads[id(intrin.inputs[k])].indices
         else:
-            real, dz = store.indices, tuple(a.var for a in intrin.desc.op.axis)
+            buf, real = store.buffer, store.indices
+            dz = tuple(a.var for a in intrin.desc.op.axis)
         idx = [simplify(substitute(i, at)) for i in real]
         lead = len(idx) - len(dz)
         for j, e in enumerate(dz):
             off = simplify(substitute(e, zero))
             idx[lead + j] = simplify(idx[lead + j] - off)
+        if buf is not t and isinstance(intrin.impl, Lowering):
+            _contiguous(buf, intrin, k, f"tensorize({plan.loop}, {intrin.name}) on stage "
+                        f"{plan.stage} (where {t.name} is computed at a loop)")
+        bufs.append(buf)
         out.append(tuple(idx))
-    return tuple(out)
+    return tuple(bufs), tuple(out)
 
 
-def _use(plan: Plan, bases: tuple) -> Stmt:
-    """One use of the instruction at `bases`: the backend's (a TensorCall) or the impl's
-    plain IR."""
+def _use(plan: Plan, bufs: tuple, bases: tuple) -> Stmt:
+    """One use of the instruction at `bases` of `bufs`: the backend's (a TensorCall) or the
+    impl's plain IR."""
     intrin = plan.intrin
     if isinstance(intrin.impl, Lowering):
-        return TensorCall(intrin, plan.tensors, bases)
+        return TensorCall(intrin, bufs, bases)
     regions = [Region(t, b, intrin.shape(k), intrin.operands[k].name)
-               for k, (t, b) in enumerate(zip(plan.tensors, bases))]
+               for k, (t, b) in enumerate(zip(bufs, bases))]
     out = intrin.impl(*regions)
     if not isinstance(out, Stmt):
         raise ScheduleError(f"tensorize: the impl of {intrin.name} must return a statement "
@@ -471,22 +479,28 @@ def plans(schedule) -> dict[str, Plan]:
     return out
 
 
-def expand(body: Stmt, plans: dict[str, Plan]) -> Stmt:
+def expand(body: Stmt, plans: dict[str, Plan], locals_=()) -> Stmt:
     """Each loop astgen marked tensorized: the instruction where its box is whole, the loop
-    as it was elsewhere."""
+    as it was elsewhere. `locals_` (placement's LocalBuffers) name the tensor each local
+    buffer of the nest stands for."""
     from ..ir.simplify import simplify
     from ..ir.visit import map_children
 
+    tensor_of = {id(L.buffer): L.tensor for L in locals_}
     by_output = {id(p.tensors[-1]): p for p in plans.values()}
+
+    def plan_of(x):
+        return by_output.get(id(tensor_of.get(id(x.buffer), x.buffer)))
 
     def go(s: Stmt) -> Stmt:
         if isinstance(s, For) and s.thread_tag == MARK:
             plain = For(s.var, s.min, s.extent, s.body, s.kind, "", s.max_extent)
-            plan = next((by_output[id(x.buffer)] for x in walk_stmt(s)
-                         if isinstance(x, Store) and id(x.buffer) in by_output), None)
+            plan = next((plan_of(x) for x in walk_stmt(s)
+                         if isinstance(x, Store) and plan_of(x) is not None), None)
             if plan is None:
-                return plain
-            got = _chain(s, plan)
+                raise ScheduleError(f"tensorize: internal: the tensorized loop {s.var.name} "
+                                    "stores to no tensorized stage")
+            got = _chain(s, plan, tensor_of)
             if got is None:
                 debug_print(1, f"tensorize({plan.loop}, {plan.intrin.name}): a nest that is "
                                "not a whole box runs as plain code")
@@ -501,7 +515,8 @@ def expand(body: Stmt, plans: dict[str, Plan]) -> Stmt:
                         return plain
                     continue
                 conds.append(c)
-            use = seq([x for x in (_inits(s, plan), _use(plan, _bases(store, plan, loops)))
+            use = seq([x for x in (_inits(s, plan, tensor_of),
+                                   _use(plan, *_bases(store, plan, loops, tensor_of)))
                        if x is not None])
             if not conds:
                 return use

@@ -399,3 +399,62 @@ def test_arm_bfmmla_under_qemu(M, N, K, rng):
     tl.aot.run_emulated(f, a, b, c)
     np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-3,
                                atol=1e-3)
+
+
+def conv_int8_blocked(n, c, h, k, cols):
+    """A 3x3 int8 conv (pad 1) in the channel-blocked form: input [n, C/4, H+2, W+2, 4],
+    weights [K/16, C/4, 3, 3, 16, 4], sums in a local tile of `cols` columns x 16 channels
+    computed at the column tile, its 16 x 4 blocks on VNNI."""
+    X = tl.placeholder((n, c, h, h), "uint8", name="X")
+    W = tl.placeholder((k, c, 3, 3), "int8", name="W")
+    Xp = tl.compute((n, c // 4, h + 2, h + 2, 4), lambda b, cb, y, x, ci: tl.if_then_else(
+        tl.all(y >= 1, y <= h, x >= 1, x <= h), X[b, cb * 4 + ci, y - 1, x - 1],
+        tl.const(0, "uint8")), name="Xp")
+    Wp = tl.compute((k // 16, c // 4, 3, 3, 16, 4), lambda kb, cb, ry, rx, ki, ci:
+                    W[kb * 16 + ki, cb * 4 + ci, ry, rx], name="Wp")
+    cb = tl.reduce_axis((0, c // 4), name="cb")
+    ry = tl.reduce_axis((0, 3), name="ry")
+    rx = tl.reduce_axis((0, 3), name="rx")
+    ci = tl.reduce_axis((0, 4), name="ci")
+    Yp = tl.compute((n, k // 16, h, h, 16), lambda b, kb, y, x, ki: tl.sum(
+        Xp[b, cb, y + ry, x + rx, ci].astype("int32") * Wp[kb, cb, ry, rx, ki, ci].astype("int32"),
+        axis=[cb, ry, rx, ci]), name="Yp")
+    Y = tl.compute((n, k, h, h), lambda b, o, y, x: Yp[b, o // 16, y, x, o % 16], name="Y")
+    s = tl.create_schedule(Y)
+    L = s.cache_write(Yp, "local")
+    b, kb, y, x, ki = s[Yp].op.axis
+    xo, xi = s[Yp].split(x, factor=cols)
+    s[Yp].reorder(b, kb, y, xo, xi, ki)
+    s[Yp].parallel(s[Yp].fuse(kb, y))
+    s[Yp].vectorize(ki)
+    s[L].compute_at(s[Yp], xo)
+    lb, lkb, ly, lx, lki = s[L].op.axis
+    lcb, lry, lrx, lci = s[L].op.reduce_axis
+    s[L].reorder(lb, lkb, ly, lcb, lry, lrx, lx, lki, lci)
+    s[L].unroll(lx)
+    s[L].tensorize(lki, tl.intrin.x86.vnni_u8s8_i32)
+    return s, [X, W, Y]
+
+
+@pytest.mark.parametrize("h,cols", [(5, 5), (7, 3), (9, 4)])
+def test_vnni_conv_with_the_sums_in_a_local_tile(h, cols, rng):
+    """The instruction inside a stage computed at a loop (cache_write's local tile): the
+    generated nest stores into the local buffer that stands for the tensor."""
+    n, c, k = 1, 8, 32
+    s, args = conv_int8_blocked(n, c, h, k, cols)
+    f = tl.lower(s, args)
+    assert calls(f) >= 1
+    x = rng.integers(0, 256, (n, c, h, h), dtype=np.uint8)
+    w = rng.integers(-128, 128, (k, c, 3, 3), dtype=np.int8)
+    xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))
+    want = np.einsum("ncijpq,ocpq->noij", win, w.astype(np.int64)).astype(np.int32)
+    if h == 5:                  # the interpreter (slow) once
+        y = np.zeros((n, k, h, h), np.int32)
+        tl.run_lowered(f, [x, w, y])
+        np.testing.assert_array_equal(y, want)
+    if not _host_has("avx512vnni"):
+        pytest.skip("this CPU has no AVX512-VNNI: the kernel was lowered, not run")
+    y = np.full((n, k, h, h), -1, np.int32)
+    tl.build(s, args)(x, w, y)
+    np.testing.assert_array_equal(y, want)
