@@ -30,7 +30,8 @@ from .tuning_log import ranked_records
 # entry of stage "" is the schedule's, any other a stage's
 STAGE_PRIMITIVES = frozenset({
     "split", "tile", "reorder", "fuse", "skew", "unroll", "vectorize", "parallel", "bind",
-    "pragma", "compute_at", "no_sync", "compute_root", "compute_inline", "reorder_storage"})
+    "pragma", "compute_at", "no_sync", "compute_root", "compute_inline", "reorder_storage",
+    "tensorize"})
 SCHEDULE_PRIMITIVES = frozenset({"cache_read", "cache_write", "pack", "rfactor"})
 
 

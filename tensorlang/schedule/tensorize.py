@@ -32,7 +32,7 @@ from ..ir.expr import (
     EQ, And, BinaryOp, Call, Cast, CmpOp, Const, Expr, Load, Not, Or, Select, Var, compare,
 )
 from ..ir.stmt import For, If, LoopKind, Seq, Stmt, Store, TensorCall, seq
-from ..ir.visit import substitute, walk, walk_stmt
+from ..ir.visit import free_vars, substitute, walk, walk_stmt
 from ..te.tensor import ComputeOp, Reduce
 from ..te.tensorize import Lowering, Region, TensorIntrin
 
@@ -183,7 +183,7 @@ def match(stage, loop: str, intrin: TensorIntrin) -> Plan:
                                 "an instruction replaces must be plain serial loops")
     for other in stage.schedule.stages:
         if other.state.attach is not None and other.state.attach[0] == stage.id and \
-                other.state.attach[1] in [lp.name for lp in inner[1:]]:
+                other.state.attach[1] in [lp.name for lp in inner]:
             raise ScheduleError(f"{what}: stage {other.id} is computed at loop "
                                 f"{other.state.attach[1]}, inside the instruction's nest")
     tensors, loads = _body(op, intrin, what)
@@ -507,6 +507,12 @@ def expand(body: Stmt, plans: dict[str, Plan], locals_=()) -> Stmt:
                 return plain
             loops, store = got
             ext = [e for e in plan.intrin.extents if e > 1]
+            inner_vars = {lp.var.name for lp in loops}
+            if any(free_vars(x) & inner_vars for lp in loops for x in (lp.min, lp.extent)):
+                # a loop's bounds follow another's of the nest: not a box here
+                debug_print(1, f"tensorize({plan.loop}, {plan.intrin.name}): a nest whose "
+                               "loops bound each other runs as plain code")
+                return plain
             conds = []
             for lp, e in zip(loops, ext):
                 c = simplify(compare(EQ, lp.extent, Const(e, lp.extent.dtype)))

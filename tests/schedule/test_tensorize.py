@@ -137,6 +137,17 @@ def test_refusals_name_what_differs():
     s5[C].unroll(ri)
     with pytest.raises(tl.ScheduleError, match="r.inner is unrolled; the tensorized loop"):
         s5[C].tensorize(ri, intrin)
+    # a stage computed inside the nest
+    A2 = tl.placeholder((3, 8), name="A2")
+    B2 = tl.placeholder((3, 8), name="B2")
+    P2 = tl.compute((3, 8), lambda j, q: B2[j, q] * 2.0, name="P2")
+    r2 = tl.reduce_axis((0, 8), name="r2")
+    C2 = tl.compute((3, 3), lambda i, j: tl.sum(A2[i, r2] * P2[j, r2], axis=r2), name="C2")
+    s9 = tl.create_schedule(C2)
+    _, ri2 = s9[C2].split(r2, factor=4)
+    s9[P2].compute_at(s9[C2], ri2)
+    with pytest.raises(tl.ScheduleError, match="stage P2 is computed at loop r2.inner"):
+        s9[C2].tensorize(ri2, intrin)
     # a vector loop around it
     s8, _, C9, ri9 = dot_matmul(3, 16, 8)
     s8[C9].vectorize(C9.op.axis[1])
@@ -172,9 +183,26 @@ def test_tensorize_composes_with_parallel_and_replays_from_its_trace(rng):
         c = np.zeros((M, N), "float32")
         tl.build(sched, ar)(a, b, c)
         np.testing.assert_allclose(c, a @ b.T, rtol=1e-5, atol=1e-5)
-    # a trace names a built-in instruction by name, through JSON
+    # a trace names the instruction, through JSON
     entry = TraceEntry.from_json(json.loads(json.dumps(s.trace[-1].to_json())))
     assert entry.call.kwargs == (("intrin", "dot4"),)
+
+
+def test_a_recorded_trace_with_a_built_in_instruction_replays(rng):
+    """The tuning log's replay (records.replay_trace) finds a built-in instruction by the
+    name its trace entry gives."""
+    from tensorlang.autoschedule.records import replay_trace
+
+    s, args = packed_matmul(5, 33, 13, 16, 4, "uint8", "int8", "int32",
+                            tl.intrin.x86.vnni_u8s8_i32)
+    trace = [TraceEntry.from_json(json.loads(json.dumps(t.to_json()))) for t in s.trace]
+    s2 = replay_trace([args[-1]], trace)
+    assert s2.trace_text() == s.trace_text()
+    a = rng.integers(0, 256, (5, 13), dtype=np.uint8)
+    b = rng.integers(-128, 128, (13, 33), dtype=np.int8)
+    c = np.zeros((5, 33), np.int32)
+    tl.run_lowered(tl.lower(s2, args), [a, b, c])
+    np.testing.assert_array_equal(c, a.astype(np.int32) @ b.astype(np.int32))
 
 
 def test_the_intrinsic_declaration_is_checked():
