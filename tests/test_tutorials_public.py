@@ -29,6 +29,9 @@ PUBLIC_MODULES = frozenset({
     "tensorlang.aot",
     "tensorlang.schedule.gpu",          # GPU schedule helpers (docs/api/gpu.md)
     "tensorlang.autoschedule.cost",     # the cost model's estimate (docs/api/schedules.md)
+    "tensorlang.intrin",                # tl.intrin: declared instructions (docs/api/schedules.md)
+    "tensorlang.intrin.x86",
+    "tensorlang.intrin.arm",
 })
 
 
