@@ -139,6 +139,18 @@ def rng():
     return np.random.default_rng(1234)
 
 
+def cast_kernel(src, dst, target, lanes):
+    """B[i] = A[i].astype(dst) over a symbolic n, `lanes` at a time (1: scalar)."""
+    n = tl.var("n")
+    A = tl.placeholder((n,), src, name="A")
+    B = tl.compute((n,), lambda i: A[i].astype(dst), name="B")
+    s = tl.create_schedule(B)
+    if lanes > 1:
+        _, inner = s[B].split(B.op.axis[0], factor=lanes)
+        s[B].vectorize(inner)
+    return tl.build(s, [A, B], target=target)
+
+
 def random_array(rng, shape, dtype):
     dtype = np.dtype(dtype)
     if dtype == np.bool_:

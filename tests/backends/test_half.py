@@ -10,20 +10,10 @@ import numpy as np
 import pytest
 
 import tensorlang as tl
+from tests.conftest import cast_kernel
 
 
 ALL_HALVES = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
-
-
-def _cast_kernel(src, dst, target, lanes):
-    n = tl.var("n")
-    A = tl.placeholder((n,), src, name="A")
-    B = tl.compute((n,), lambda i: A[i].astype(dst), name="B")
-    s = tl.create_schedule(B)
-    if lanes > 1:
-        _, inner = s[B].split(B.op.axis[0], factor=lanes)
-        s[B].vectorize(inner)
-    return tl.build(s, [A, B], target=target)
 
 
 def _assert_same_bits(out, ref):
@@ -50,7 +40,7 @@ def _down_inputs(dtype, rng):
 
 @pytest.mark.parametrize("lanes", [1, 16], ids=["scalar", "vector16"])
 def test_float16_to_float32_every_value(lanes, cpu_target):
-    f = _cast_kernel("float16", "float32", cpu_target, lanes)
+    f = cast_kernel("float16", "float32", cpu_target, lanes)
     out = np.zeros(ALL_HALVES.size, np.float32)
     f(ALL_HALVES, out)
     _assert_same_bits(out, ALL_HALVES.astype(np.float32))
@@ -60,7 +50,7 @@ def test_float16_to_float32_every_value(lanes, cpu_target):
 @pytest.mark.parametrize("src", ["float32", "float64"])
 def test_down_to_float16_rounds_to_nearest_even(src, lanes, cpu_target, rng):
     x = _down_inputs(src, rng)
-    f = _cast_kernel(src, "float16", cpu_target, lanes)
+    f = cast_kernel(src, "float16", cpu_target, lanes)
     out = np.zeros(x.size, np.float16)
     f(x, out)
     with np.errstate(all="ignore"):
@@ -70,7 +60,7 @@ def test_down_to_float16_rounds_to_nearest_even(src, lanes, cpu_target, rng):
 @pytest.mark.parametrize("dst", ["int8", "int32", "int64", "uint8", "bool", "float64"])
 def test_float16_to_and_from_other_types(dst, cpu_target):
     h = ALL_HALVES[np.isfinite(ALL_HALVES)]
-    f = _cast_kernel("float16", dst, cpu_target, 1)
+    f = cast_kernel("float16", dst, cpu_target, 1)
     out = np.zeros(h.size, dst)
     f(h, out)
     ref = h.astype(np.float64)
@@ -81,7 +71,7 @@ def test_float16_to_and_from_other_types(dst, cpu_target):
     else:
         np.testing.assert_array_equal(out, h.astype(dst))
     if dst != "bool":
-        g = _cast_kernel(dst, "float16", cpu_target, 1)
+        g = cast_kernel(dst, "float16", cpu_target, 1)
         vals = out if dst != "float64" else ref
         back = np.zeros(vals.size, np.float16)
         g(vals, back)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import tensorlang as tl
+from tests.conftest import cast_kernel
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NaN and overflow casts
 
@@ -20,17 +21,6 @@ SMALL = ["bfloat16", "float8_e4m3fn", "float8_e5m2"]
 def _every(dt):
     width = np.dtype(dt).itemsize
     return np.arange(1 << (8 * width), dtype=f"u{width}").view(dt)
-
-
-def _cast_kernel(src, dst, target, lanes):
-    n = tl.var("n")
-    A = tl.placeholder((n,), src, name="A")
-    B = tl.compute((n,), lambda i: A[i].astype(dst), name="B")
-    s = tl.create_schedule(B)
-    if lanes > 1:
-        _, inner = s[B].split(B.op.axis[0], factor=lanes)
-        s[B].vectorize(inner)
-    return tl.build(s, [A, B], target=target)
 
 
 def _assert_same_bits(out, ref):
@@ -65,7 +55,7 @@ def _down_inputs(src, dt, rng):
 @pytest.mark.parametrize("dt", SMALL)
 def test_every_value_up_to_float32(dt, lanes, cpu_target):
     x = _every(dt)
-    f = _cast_kernel(dt, "float32", cpu_target, lanes)
+    f = cast_kernel(dt, "float32", cpu_target, lanes)
     out = np.zeros(x.size, np.float32)
     f(x, out)
     _assert_same_bits(out, x.astype(np.float32))
@@ -76,7 +66,7 @@ def test_every_value_up_to_float32(dt, lanes, cpu_target):
 @pytest.mark.parametrize("dt", SMALL)
 def test_down_rounds_to_nearest_even(dt, src, lanes, cpu_target, rng):
     x = _down_inputs(src, dt, rng)
-    f = _cast_kernel(src, dt, cpu_target, lanes)
+    f = cast_kernel(src, dt, cpu_target, lanes)
     out = np.zeros(x.size, dt)
     f(x, out)
     with np.errstate(all="ignore"):
@@ -90,7 +80,7 @@ def test_to_and_from_other_types(dt, other, cpu_target, rng):
     # defined
     x = _every(dt)
     x = x[np.isfinite(x.astype(np.float64))]
-    f = _cast_kernel(dt, other, cpu_target, 1)
+    f = cast_kernel(dt, other, cpu_target, 1)
     out = np.zeros(x.size, other)
     f(x, out)
     ref = x.astype(np.float64)
@@ -111,7 +101,7 @@ def test_to_and_from_other_types(dt, other, cpu_target, rng):
         y = rng.integers(info.min, info.max, 5000, endpoint=True).astype(other)
     else:
         y = _every("float16").astype(other)
-    g = _cast_kernel(other, dt, cpu_target, 1)
+    g = cast_kernel(other, dt, cpu_target, 1)
     back = np.zeros(y.size, dt)
     g(y, back)
     with np.errstate(all="ignore"):

@@ -20,6 +20,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ...target import Target
+from .types import like, splat
 
 F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
 
@@ -43,23 +44,12 @@ def native_conversions(target: Target) -> tuple[bool, bool]:
     return False, False
 
 
-def _like(v: ir.Value, scalar: ir.Type) -> ir.Type:
-    t = v.type
-    return ir.VectorType(scalar, t.count) if isinstance(t, ir.VectorType) else scalar
-
-
-def _const(t: ir.Type, value) -> ir.Constant:
-    if isinstance(t, ir.VectorType):
-        return ir.Constant(t, [ir.Constant(t.element, value)] * t.count)
-    return ir.Constant(t, value)
-
-
 def f16_to_f32(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
     """float16 -> float32, exact."""
-    i16, i32, f32 = _like(v, ir.IntType(16)), _like(v, ir.IntType(32)), _like(v, F32)
+    i16, i32, f32 = like(v, ir.IntType(16)), like(v, ir.IntType(32)), like(v, F32)
 
     def c(x):
-        return _const(i32, x)
+        return splat(i32, x)
 
     u = b.zext(b.bitcast(v, i16), i32)
     o = b.shl(b.and_(u, c(0x7FFF)), c(13))          # exponent and mantissa, float's place
@@ -67,7 +57,7 @@ def f16_to_f32(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
     o = b.add(o, c((127 - 15) << 23))                # rebias the exponent
     inf_nan = b.add(o, c((128 - 16) << 23))          # all exponent bits set
     # zero or subnormal: 1.m * 2^-14 minus 2^-14 is 0.m * 2^-14, exactly
-    den = b.fsub(b.bitcast(b.add(o, c(1 << 23)), f32), _const(f32, 2.0 ** -14))
+    den = b.fsub(b.bitcast(b.add(o, c(1 << 23)), f32), splat(f32, 2.0 ** -14))
     den = b.bitcast(den, i32)
     o = b.select(b.icmp_unsigned("==", exp, c(0x7C00 << 13)), inf_nan,
                  b.select(b.icmp_unsigned("==", exp, c(0)), den, o))
@@ -78,12 +68,12 @@ def f16_to_f32(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
 def _to_f16(b: ir.IRBuilder, v: ir.Value, bits: int, mant: int, bias: int, ft) -> ir.Value:
     """A float of `bits` bits (`mant` mantissa bits, exponent `bias`) -> float16, rounding to
     nearest even. Directly from float64: float64 -> float32 -> float16 rounds twice."""
-    it, i16 = _like(v, ir.IntType(bits)), _like(v, ir.IntType(16))
-    fty = _like(v, ft)
+    it, i16 = like(v, ir.IntType(bits)), like(v, ir.IntType(16))
+    fty = like(v, ft)
     shift = mant - 10
 
     def c(x):
-        return _const(it, x & ((1 << bits) - 1))
+        return splat(it, x & ((1 << bits) - 1))
 
     u = b.bitcast(v, it)
     sign = b.and_(u, c(1 << (bits - 1)))
@@ -96,13 +86,13 @@ def _to_f16(b: ir.IRBuilder, v: ir.Value, bits: int, mant: int, bias: int, ft) -
     # smallest float16 subnormal: the add rounds to nearest even, the low bits are the result
     magic = float(2.0 ** (mant - 24))
     magic_bits = (bias + mant - 24) << mant
-    den = b.sub(b.bitcast(b.fadd(b.bitcast(a, fty), _const(fty, magic)), it), c(magic_bits))
+    den = b.sub(b.bitcast(b.fadd(b.bitcast(a, fty), splat(fty, magic)), it), c(magic_bits))
     odd = b.and_(b.lshr(a, c(shift)), c(1))
     nrm = b.add(b.add(a, c(((15 - bias) << mant) + (1 << (shift - 1)) - 1)), odd)
     nrm = b.lshr(nrm, c(shift))                           # may carry into inf: correct
     r = b.select(big, special, b.select(small, den, nrm))
     r = b.or_(r, b.lshr(sign, c(bits - 16)))
-    return b.bitcast(b.trunc(r, i16), _like(v, F16))
+    return b.bitcast(b.trunc(r, i16), like(v, F16))
 
 
 def f32_to_f16(b: ir.IRBuilder, v: ir.Value) -> ir.Value:

@@ -21,19 +21,9 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ...ir.dtype import SMALL_FLOATS
+from .types import like, splat
 
 F32, F64 = ir.FloatType(), ir.DoubleType()
-
-
-def _like(v: ir.Value, scalar: ir.Type) -> ir.Type:
-    t = v.type
-    return ir.VectorType(scalar, t.count) if isinstance(t, ir.VectorType) else scalar
-
-
-def _const(t: ir.Type, value) -> ir.Constant:
-    if isinstance(t, ir.VectorType):
-        return ir.Constant(t, [ir.Constant(t.element, value)] * t.count)
-    return ir.Constant(t, value)
 
 
 def _layout(name: str) -> tuple[int, int, int, bool]:
@@ -45,10 +35,10 @@ def _layout(name: str) -> tuple[int, int, int, bool]:
 def decode(b: ir.IRBuilder, v: ir.Value, name: str) -> ir.Value:
     """The float32 value (exact) of `v`, the bits of a `name` value."""
     width, e, m, ieee = _layout(name)
-    i32, f32 = _like(v, ir.IntType(32)), _like(v, F32)
+    i32, f32 = like(v, ir.IntType(32)), like(v, F32)
 
     def c(x):
-        return _const(i32, x)
+        return splat(i32, x)
 
     u = b.zext(v, i32)
     if name == "bfloat16":                   # float32's upper half
@@ -59,7 +49,7 @@ def decode(b: ir.IRBuilder, v: ir.Value, name: str) -> ir.Value:
     exp = b.lshr(a, c(m))
     normal = b.add(b.shl(a, c(23 - m)), c((127 - bias) << 23))
     # a subnormal (exponent field 0) is its mantissa times 2^(1 - bias - m), exactly
-    sub = b.bitcast(b.fmul(b.uitofp(a, f32), _const(f32, 2.0 ** (1 - bias - m))), i32)
+    sub = b.bitcast(b.fmul(b.uitofp(a, f32), splat(f32, 2.0 ** (1 - bias - m))), i32)
     out = b.select(b.icmp_unsigned("==", exp, c(0)), sub, normal)
     top = (1 << e) - 1
     if ieee:       # all exponent bits: infinity or NaN, the mantissa kept in float32's place
@@ -77,13 +67,13 @@ def encode(b: ir.IRBuilder, v: ir.Value, name: str) -> ir.Value:
     width, e, m, ieee = _layout(name)
     double = isinstance(getattr(v.type, "element", v.type), ir.DoubleType)
     bits, smant, sbias = (64, 52, 1023) if double else (32, 23, 127)
-    it, ft = _like(v, ir.IntType(bits)), _like(v, F64 if double else F32)
-    out_t = _like(v, ir.IntType(width))
+    it, ft = like(v, ir.IntType(bits)), like(v, F64 if double else F32)
+    out_t = like(v, ir.IntType(width))
     bias = (1 << (e - 1)) - 1
     shift = smant - m
 
     def c(x):
-        return _const(it, x & ((1 << bits) - 1))
+        return splat(it, x & ((1 << bits) - 1))
 
     u = b.bitcast(v, it)
     sign = b.and_(u, c(1 << (bits - 1)))
@@ -104,7 +94,7 @@ def encode(b: ir.IRBuilder, v: ir.Value, name: str) -> ir.Value:
     # subnormal, 2^(1 - bias - m); the add rounds to nearest even, the low bits are the code
     k = 1 - bias - m + smant
     magic_bits = (k + sbias) << smant
-    den = b.sub(b.bitcast(b.fadd(b.bitcast(a, ft), _const(ft, float(2.0 ** k))), it),
+    den = b.sub(b.bitcast(b.fadd(b.bitcast(a, ft), splat(ft, float(2.0 ** k))), it),
                 c(magic_bits))
     small = b.icmp_unsigned("<", a, c((sbias - bias + 1) << smant))
     r = b.select(small, den, nrm)

@@ -39,3 +39,16 @@ def type_suffix(t: ir.Type) -> str:
     if isinstance(t, ir.PointerType):
         return "p0"
     return {ir.HalfType: "f16", ir.FloatType: "f32", ir.DoubleType: "f64"}[type(t)]
+
+
+def like(v: ir.Value, scalar: ir.Type) -> ir.Type:
+    """`scalar`, or a vector of it as wide as `v` when `v` is a vector."""
+    t = v.type
+    return ir.VectorType(scalar, t.count) if isinstance(t, ir.VectorType) else scalar
+
+
+def splat(t: ir.Type, value) -> ir.Constant:
+    """The constant `value` of type `t`, in every lane when `t` is a vector."""
+    if isinstance(t, ir.VectorType):
+        return ir.Constant(t, [ir.Constant(t.element, value)] * t.count)
+    return ir.Constant(t, value)
