@@ -1,7 +1,8 @@
-"""int8 and bfloat16 matmuls on the CPU's dot-product instructions (tutorial 12's kernels)
-beside onnxruntime's MatMulInteger (MLAS, VNNI where the CPU has it) and tensorlang's float32
-matmul; an int8 ResNet 3x3 conv (64 -> 64 channels at 56x56) on VNNI beside onnxruntime's
-ConvInteger and QLinearConv. In one process, the systems taken in turn each round.
+"""int8 and bfloat16 matmuls on the CPU's dot-product instructions (tutorial 12's kernels,
+`tensorlang.schedule.dot_products`) beside onnxruntime's MatMulInteger (MLAS, VNNI where the
+CPU has it) and tensorlang's float32 matmul; an int8 ResNet 3x3 conv (64 -> 64 channels at
+56x56) on VNNI beside onnxruntime's ConvInteger and QLinearConv. In one process, the
+systems taken in turn each round.
 
     python benchmarks/tensorize.py [--n 1024] [--rounds 5] [--calls 40]
 
@@ -14,9 +15,6 @@ saying so.
 from __future__ import annotations
 
 import argparse
-import os
-import pathlib
-import runpy
 import statistics
 import time
 
@@ -25,6 +23,7 @@ import numpy as np
 
 import tensorlang as tl
 import tensorlang.graph as G
+from tensorlang.schedule import dot_products
 
 
 def _time(fn, calls: int) -> float:
@@ -35,9 +34,21 @@ def _time(fn, calls: int) -> float:
     return (time.perf_counter() - t0) / calls
 
 
-def _ort_matmul_integer(a, b, threads):
-    import onnx
+def _ort_session(graph, threads):
+    """An onnxruntime session of one graph, `threads` intra-op threads."""
     import onnxruntime as ort
+    from onnx import helper
+
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"])
+
+
+def _ort_matmul_integer(a, b, threads):
     from onnx import TensorProto, helper
 
     m, k = a.shape
@@ -47,57 +58,12 @@ def _ort_matmul_integer(a, b, threads):
         [node], "mmi", [helper.make_tensor_value_info("A", TensorProto.UINT8, [m, k]),
                         helper.make_tensor_value_info("B", TensorProto.INT8, [k, n])],
         [helper.make_tensor_value_info("C", TensorProto.INT32, [m, n])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    sess = ort.InferenceSession(model.SerializeToString(), so,
-                                providers=["CPUExecutionProvider"])
+    sess = _ort_session(graph, threads)
     feed = {"A": a, "B": b}
-    onnx.checker.check_model(model)
     return lambda: sess.run(None, feed)
 
 
-def conv_vnni(n, c, h, k, cols=14):
-    """The int8 3x3 conv (pad 1) in the channel-blocked form on VNNI: input packed as
-    [n, C/4, H+2, W+2, 4], weights as [K/16, C/4, 3, 3, 16, 4], a local tile of `cols`
-    columns x 16 channels of int32 sums per column tile, its 16 x 4 blocks tensorized, the
-    output unpacked to NCHW (every copy inside the call)."""
-    X = tl.placeholder((n, c, h, h), "uint8", name="X")
-    W = tl.placeholder((k, c, 3, 3), "int8", name="W")
-    Xp = tl.compute((n, c // 4, h + 2, h + 2, 4), lambda b, cb, y, x, ci: tl.if_then_else(
-        tl.all(y >= 1, y <= h, x >= 1, x <= h), X[b, cb * 4 + ci, y - 1, x - 1],
-        tl.const(0, "uint8")), name="Xp")
-    Wp = tl.compute((k // 16, c // 4, 3, 3, 16, 4), lambda kb, cb, ry, rx, ki, ci:
-                    W[kb * 16 + ki, cb * 4 + ci, ry, rx], name="Wp")
-    cb, ry, rx, ci = (tl.reduce_axis((0, e), name=nm)
-                      for e, nm in ((c // 4, "cb"), (3, "ry"), (3, "rx"), (4, "ci")))
-    Yp = tl.compute((n, k // 16, h, h, 16), lambda b, kb, y, x, ki: tl.sum(
-        Xp[b, cb, y + ry, x + rx, ci].astype("int32") * Wp[kb, cb, ry, rx, ki, ci].astype("int32"),
-        axis=[cb, ry, rx, ci]), name="Yp")
-    Y = tl.compute((n, k, h, h), lambda b, o, y, x: Yp[b, o // 16, y, x, o % 16], name="Y")
-    s = tl.create_schedule(Y)
-    L = s.cache_write(Yp, "local")
-    b, kb, y, x, ki = s[Yp].op.axis
-    xo, xi = s[Yp].split(x, factor=cols)
-    s[Yp].reorder(b, kb, y, xo, xi, ki)
-    s[Yp].parallel(s[Yp].fuse(kb, y))
-    s[Yp].vectorize(ki)
-    s[L].compute_at(s[Yp], xo)
-    lb, lkb, ly, lx, lki = s[L].op.axis
-    s[L].reorder(lb, lkb, ly, *s[L].op.reduce_axis[:3], lx, lki, s[L].op.reduce_axis[3])
-    s[L].unroll(lx)
-    s[L].tensorize(lki, tl.intrin.x86.vnni_u8s8_i32)
-    a = Xp.op.axis
-    s[Xp].parallel(s[Xp].fuse(a[1], a[2]))
-    s[Wp].parallel(Wp.op.axis[0])
-    s[Y].parallel(s[Y].fuse(Y.op.axis[1], Y.op.axis[2]))
-    return s, [X, W, Y]
-
-
 def _ort_conv(x, w, threads, quantized: bool):
-    import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
     n, c, h, _ = x.shape
@@ -119,13 +85,7 @@ def _ort_conv(x, w, threads, quantized: bool):
     graph = helper.make_graph([node], "conv", ins,
                               [helper.make_tensor_value_info("y", out_t, [n, k, h, h])],
                               initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    sess = ort.InferenceSession(model.SerializeToString(), so,
-                                providers=["CPUExecutionProvider"])
+    sess = _ort_session(graph, threads)
     feed = {"x": x}
     return lambda: sess.run(None, feed)
 
@@ -163,10 +123,9 @@ def main(argv=None):
     n = args.n
     host = tl.Target.parse("llvm")
     threads = host.cores
-    os.environ["TL_TUTORIAL_N"] = str(n)          # the tutorial's size
-    t12 = runpy.run_path(str(pathlib.Path(__file__).parent.parent / "tutorials" /
-                             "12_new_hardware_units.py"))
-    packed = t12["packed_matmul"]
+
+    def packed(*a):
+        return dot_products.packed_matmul(n, n, n, *a)
     rng = np.random.default_rng(0)
     a = rng.integers(0, 256, (n, n), dtype=np.uint8)
     b = rng.integers(-128, 128, (n, n), dtype=np.int8)
@@ -217,7 +176,8 @@ def main(argv=None):
     convs = {}
     y8 = np.zeros((nb, k, h, h), np.int32)
     if host.has_feature("avx512vnni"):
-        cf_ = tl.build(*conv_vnni(nb, c, h, k), name="conv_vnni")
+        cf_ = tl.build(*dot_products.blocked_conv2d(nb, c, h, k, 14, tl.intrin.x86.vnni_u8s8_i32),
+                       name="conv_vnni")
         cf_(x8, w8, y8)
         np.testing.assert_array_equal(y8, want)
         convs["tensorlang int8 conv (VNNI)"] = lambda: cf_(x8, w8, y8)

@@ -32,6 +32,7 @@ PUBLIC_MODULES = frozenset({
     "tensorlang.intrin",                # tl.intrin: declared instructions (docs/api/schedules.md)
     "tensorlang.intrin.x86",
     "tensorlang.intrin.arm",
+    "tensorlang.schedule.dot_products",  # matmul and conv2d on declared instructions
 })
 
 

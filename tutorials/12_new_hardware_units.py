@@ -29,6 +29,7 @@ import numpy as np
 
 import tensorlang as tl
 import tensorlang.graph as G
+from tensorlang.schedule import dot_products
 
 N = int(os.environ.get("TL_TUTORIAL_N", "1024"))
 HOST = tl.Target.parse("llvm")
@@ -43,34 +44,11 @@ def packed_matmul(a_dt, b_dt, acc, lanes, depth, intrin=None, rows=4, vecs=4):
     """C[i, j] = sum_k A[i, k] * B[k, j] in `acc`, with B packed as
     Bp[j // lanes, k // depth, j % lanes, k % depth] (zeros past the edges): each block of
     lanes x depth is one 64-byte run, as the instruction reads it. Register tiles of `rows`
-    rows x `vecs` vectors of sums; the block below them tensorized with `intrin`."""
-    A = tl.placeholder((N, N), a_dt, name="A")
-    B = tl.placeholder((N, N), b_dt, name="B")
-    nb, kb = -(-N // lanes), -(-N // depth)
-    Bp = tl.compute((nb, kb, lanes, depth), lambda jo, ko, ji, ki: tl.if_then_else(
-        tl.all(ko * depth + ki < N, jo * lanes + ji < N), B[ko * depth + ki, jo * lanes + ji],
-        tl.const(0, b_dt)), name="Bp")
-    k = tl.reduce_axis((0, N), name="k")
-    C = tl.compute((N, N), lambda i, j: tl.sum(
-        A[i, k].astype(acc) * Bp[j // lanes, k // depth, j % lanes, k % depth].astype(acc),
-        axis=k), name="C")
-    s = tl.create_schedule(C)
-    i, j = C.op.axis
-    io, ii = s[C].split(i, factor=rows)
-    jo, ji = s[C].split(j, factor=lanes * vecs)
-    jm, ji = s[C].split(ji, factor=lanes)
-    ko, ki = s[C].split(k, factor=depth)
-    s[C].reorder(io, jo, ko, ii, jm, ji, ki)
-    s[C].unroll(ii)
-    s[C].unroll(jm)
-    s[C].parallel(io)
-    s[Bp].parallel(Bp.op.axis[0])
-    if intrin is not None:
-        s[C].tensorize(ji, intrin)
-    else:                        # the plain kernel: the lanes vectorized, k innermost
-        s[C].reorder(io, jo, ko, ii, jm, ki, ji)
-        s[C].vectorize(ji)
-    return s, [A, B, C]
+    rows x `vecs` vectors of sums; the block below them tensorized with `intrin` (without
+    one, the lanes vectorized). The schedule is `tl.schedule.dot_products.packed_matmul`'s:
+    its primitives are printed below (`trace_text`)."""
+    return dot_products.packed_matmul(N, N, N, a_dt, b_dt, acc, lanes, depth, intrin, rows,
+                                      vecs)
 
 
 def plain_int8():

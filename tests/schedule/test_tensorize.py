@@ -14,6 +14,7 @@ import tensorlang as tl
 from tensorlang.aot import ToolchainMissing, toolchain
 from tensorlang.ir.stmt import TensorCall
 from tensorlang.ir.visit import walk_stmt
+from tensorlang.schedule import dot_products
 from tensorlang.schedule.trace import TraceEntry
 
 SIZES = [(1, 1, 1), (1, 1, 4), (3, 2, 3), (5, 3, 8), (4, 7, 13), (17, 31, 37)]
@@ -283,27 +284,9 @@ def test_the_match_agrees_with_brute_force_on_tiny_domains(name, split, N, K):
 # ------------------------------------------------------------------ built-in instructions
 def packed_matmul(M, N, K, lanes, depth, a_dt, b_dt, acc, intrin, rows=1, vecs=1):
     """C = A @ B with B packed as [N/lanes, K/depth, lanes, depth] (zeros past the edges),
-    the nest split so that one use of `intrin` covers lanes x depth."""
-    A = tl.placeholder((M, K), a_dt, name="A")
-    B = tl.placeholder((K, N), b_dt, name="B")
-    NB, KB = -(-N // lanes), -(-K // depth)
-    Bp = tl.compute((NB, KB, lanes, depth), lambda jo, ko, ji, ki: tl.if_then_else(
-        tl.all(ko * depth + ki < K, jo * lanes + ji < N), B[ko * depth + ki, jo * lanes + ji],
-        tl.const(0, b_dt)), name="Bp")
-    k = tl.reduce_axis((0, K), name="k")
-    C = tl.compute((M, N), lambda i, j: tl.sum(
-        A[i, k].astype(acc) * Bp[j // lanes, k // depth, j % lanes, k % depth].astype(acc),
-        axis=k), name="C")
-    s = tl.create_schedule(C)
-    i, j = C.op.axis
-    io, ii = s[C].split(i, factor=rows)
-    jo, ji = s[C].split(j, factor=lanes * vecs)
-    jm, ji = s[C].split(ji, factor=lanes)
-    ko, ki = s[C].split(k, factor=depth)
-    s[C].reorder(io, jo, ko, ii, jm, ji, ki)
-    s[C].parallel(io)
-    s[C].tensorize(ji, intrin)
-    return s, [A, B, C]
+    one use of `intrin` per lanes x depth block (`tensorlang.schedule.dot_products`)."""
+    return dot_products.packed_matmul(M, N, K, a_dt, b_dt, acc, lanes, depth, intrin, rows,
+                                      vecs)
 
 
 def _host_has(feature):
@@ -429,47 +412,12 @@ def test_arm_bfmmla_under_qemu(M, N, K, rng):
                                atol=1e-3)
 
 
-def conv_int8_blocked(n, c, h, k, cols):
-    """A 3x3 int8 conv (pad 1) in the channel-blocked form: input [n, C/4, H+2, W+2, 4],
-    weights [K/16, C/4, 3, 3, 16, 4], sums in a local tile of `cols` columns x 16 channels
-    computed at the column tile, its 16 x 4 blocks on VNNI."""
-    X = tl.placeholder((n, c, h, h), "uint8", name="X")
-    W = tl.placeholder((k, c, 3, 3), "int8", name="W")
-    Xp = tl.compute((n, c // 4, h + 2, h + 2, 4), lambda b, cb, y, x, ci: tl.if_then_else(
-        tl.all(y >= 1, y <= h, x >= 1, x <= h), X[b, cb * 4 + ci, y - 1, x - 1],
-        tl.const(0, "uint8")), name="Xp")
-    Wp = tl.compute((k // 16, c // 4, 3, 3, 16, 4), lambda kb, cb, ry, rx, ki, ci:
-                    W[kb * 16 + ki, cb * 4 + ci, ry, rx], name="Wp")
-    cb = tl.reduce_axis((0, c // 4), name="cb")
-    ry = tl.reduce_axis((0, 3), name="ry")
-    rx = tl.reduce_axis((0, 3), name="rx")
-    ci = tl.reduce_axis((0, 4), name="ci")
-    Yp = tl.compute((n, k // 16, h, h, 16), lambda b, kb, y, x, ki: tl.sum(
-        Xp[b, cb, y + ry, x + rx, ci].astype("int32") * Wp[kb, cb, ry, rx, ki, ci].astype("int32"),
-        axis=[cb, ry, rx, ci]), name="Yp")
-    Y = tl.compute((n, k, h, h), lambda b, o, y, x: Yp[b, o // 16, y, x, o % 16], name="Y")
-    s = tl.create_schedule(Y)
-    L = s.cache_write(Yp, "local")
-    b, kb, y, x, ki = s[Yp].op.axis
-    xo, xi = s[Yp].split(x, factor=cols)
-    s[Yp].reorder(b, kb, y, xo, xi, ki)
-    s[Yp].parallel(s[Yp].fuse(kb, y))
-    s[Yp].vectorize(ki)
-    s[L].compute_at(s[Yp], xo)
-    lb, lkb, ly, lx, lki = s[L].op.axis
-    lcb, lry, lrx, lci = s[L].op.reduce_axis
-    s[L].reorder(lb, lkb, ly, lcb, lry, lrx, lx, lki, lci)
-    s[L].unroll(lx)
-    s[L].tensorize(lki, tl.intrin.x86.vnni_u8s8_i32)
-    return s, [X, W, Y]
-
-
 @pytest.mark.parametrize("h,cols", [(5, 5), (7, 3), (9, 4)])
 def test_vnni_conv_with_the_sums_in_a_local_tile(h, cols, rng):
     """The instruction inside a stage computed at a loop (cache_write's local tile): the
     generated nest stores into the local buffer that stands for the tensor."""
     n, c, k = 1, 8, 32
-    s, args = conv_int8_blocked(n, c, h, k, cols)
+    s, args = dot_products.blocked_conv2d(n, c, h, k, cols, tl.intrin.x86.vnni_u8s8_i32)
     f = tl.lower(s, args)
     assert calls(f) >= 1
     x = rng.integers(0, 256, (n, c, h, h), dtype=np.uint8)
