@@ -73,7 +73,8 @@ class Stage:
         # pragma: loop name -> its keys' latest values, and the loops they unrolled
         self._pragmas: dict[str, dict] = {}
         self._pragma_unrolled: dict[str, tuple[str, ...]] = {}
-        self._tensorize = None     # (loop, TensorIntrin) once tensorized
+        # (loop, TensorIntrin, its Plan, the trace's length then) once tensorized
+        self._tensorize = None
         # after cache_write: the op that took over this stage's axes (the cache stage's),
         # whose spatial axes name this write-back stage's axes too (TVM's idiom)
         self.cached_from: ComputeOp | None = None
@@ -434,7 +435,7 @@ class Stage:
         if self._tensorize is not None:
             raise ScheduleError(f"tensorize: stage {self.id} is tensorized already (one "
                                 "instruction per stage)")
-        match(self, name, found)
+        plan = match(self, name, found)
         d = self.state.loop_index(name)
         loops = list(self.state.loops)
         loops[d] = replace(loops[d], thread_tag=MARK)
@@ -445,11 +446,12 @@ class Stage:
         self.schedule.intrinsics[found.name] = found
         self._apply(replace(self.state, loops=tuple(loops)),
                     Call("tensorize", (name,), (("intrin", found.name),)))
-        self._tensorize = (name, found)
+        # the plan holds while no primitive follows (lower matches again after one)
+        self._tensorize = (name, found, plan, len(self.schedule.trace))
 
     def tensorized(self):
         """(loop, TensorIntrin) of this stage's tensorize, or None."""
-        return self._tensorize
+        return None if self._tensorize is None else self._tensorize[:2]
 
     def vectorize(self, loop) -> None:
         """Run a loop as one vector operation per statement (LLVM vector types). Serial or

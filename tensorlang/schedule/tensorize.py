@@ -32,6 +32,7 @@ from ..ir.expr import (
     EQ, And, BinaryOp, Call, Cast, CmpOp, Const, Expr, Load, Not, Or, Select, Var, compare,
 )
 from ..ir.stmt import For, If, LoopKind, Seq, Stmt, Store, TensorCall, seq
+from ..ir.simplify import simplify
 from ..ir.visit import free_vars, substitute, walk, walk_stmt
 from ..te.tensor import ComputeOp, Reduce
 from ..te.tensorize import Lowering, Region, TensorIntrin
@@ -309,9 +310,7 @@ def _desc_point(desc_idx, axes, keep, p, d) -> list[str]:
         vals[axes[t].name] = p[d + q]
     out = []
     for i in desc_idx:
-        e = substitute(i, {k: Const(v, i.dtype) for k, v in vals.items()})
-        from ..ir.simplify import simplify
-        e = simplify(e)
+        e = simplify(substitute(i, {k: Const(v, i.dtype) for k, v in vals.items()}))
         out.append(str(e.value) if isinstance(e, Const) else str(e))
     return out
 
@@ -330,7 +329,7 @@ def _contiguous(t, intrin: TensorIntrin, k: int, what: str) -> None:
             f"{what}: the instruction reads its {name} ({'x'.join(map(str, shape))}) as one "
             f"block of memory, but {t.name} has shape ({have}): its last dimensions must be "
             f"({', '.join(map(str, want))}). Pack {t.name} into that layout (a compute stage "
-            f"such as {t.name}_packed[..., {', '.join('x' * 0 + str(w) for w in want)}])")
+            f"of shape (..., {', '.join(map(str, shape))}))")
 
 
 # ---------------------------------------------------------------------------- lowering
@@ -382,8 +381,6 @@ def _bases(store: Store, plan: Plan, loops: list[For], tensor_of: dict) -> tuple
     origin: the description's index 0). The origin is the generated read's indices with the
     nest's loops at their first values, less the description's index there (each operand
     is read once: `TensorIntrin`)."""
-    from ..ir.simplify import simplify
-
     at = {lp.var.name: lp.min for lp in loops}
     intrin = plan.intrin
     desc_loads = {id(x.buffer): x for x in walk(intrin.desc_source) if isinstance(x, Load)}
@@ -463,13 +460,16 @@ def described(s: TensorCall) -> Stmt:
 
 
 def plans(schedule) -> dict[str, Plan]:
-    """Each tensorized stage's plan, matched again on the final schedule: a primitive
-    applied after tensorize may have changed the nest."""
+    """Each tensorized stage's plan, matched again on the final schedule when a primitive
+    was applied after tensorize (it may have changed the nest)."""
     out = {}
     for st in schedule.stages:
         if st.tensorized() is None:
             continue
-        loop, intrin = st.tensorized()
+        loop, intrin, plan, at = st._tensorize
+        if len(schedule.trace) == at:
+            out[st.id] = plan
+            continue
         if loop not in st.loops or \
                 st.state.loops[st.state.loop_index(loop)].thread_tag != MARK:
             raise ScheduleError(f"tensorize({loop}, {intrin.name}) on stage {st.id}: a "
@@ -483,7 +483,6 @@ def expand(body: Stmt, plans: dict[str, Plan], locals_=()) -> Stmt:
     """Each loop astgen marked tensorized: the instruction where its box is whole, the loop
     as it was elsewhere. `locals_` (placement's LocalBuffers) name the tensor each local
     buffer of the nest stands for."""
-    from ..ir.simplify import simplify
     from ..ir.visit import map_children
 
     tensor_of = {id(L.buffer): L.tensor for L in locals_}

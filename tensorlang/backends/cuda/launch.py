@@ -117,9 +117,10 @@ def _binds_below(s: Stmt) -> bool:
     return isinstance(s, For) and s.kind in (LoopKind.GPU_BLOCK, LoopKind.GPU_THREAD)
 
 
-def _refuse_small_floats(name: str, buffers: list[Buffer], body: Stmt) -> None:
-    """bfloat16 and float8 are CPU-only so far: the GPU kernels' conversions are not
-    written (the GPU issue's tensor cores bring them)."""
+def _refuse_cpu_only(name: str, buffers: list[Buffer], body: Stmt) -> None:
+    """What only the CPU backend compiles so far, refused by name: bfloat16 and float8 (the
+    GPU kernels' conversions are not written) and a declared CPU instruction (TensorCall;
+    tensor cores come with the GPU issue)."""
     dts = {b.dtype.name for b in buffers if b.dtype.is_small_float}
     for st in walk_stmt(body):
         if isinstance(st, TensorCall):
@@ -143,7 +144,7 @@ def plan(name: str, buffers: list[Buffer], params: list[Var], body: Stmt):
     top-level statement, its bound loops (the geometry), what each thread runs, its shared
     and register arrays, and the buffers and sizes it takes. Also the intermediate buffers
     the host allocates."""
-    _refuse_small_floats(name, buffers, body)
+    _refuse_cpu_only(name, buffers, body)
     temps: list[Buffer] = []
     while isinstance(body, Allocate):
         temps.append(body.buffer)
