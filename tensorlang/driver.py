@@ -432,7 +432,8 @@ _C_RESERVED = {
 # functions the generated code may call: a kernel with one of these names would call itself
 _LIBC = {f + suffix for f in ("exp", "log", "sin", "cos", "tan", "tanh", "sqrt", "pow", "floor",
                               "ceil", "fabs", "erf", "exp2", "log2", "log10", "fma", "fmin",
-                              "fmax", "round", "trunc", "rint", "nearbyint", "copysign")
+                              "fmax", "round", "roundeven", "trunc", "rint", "nearbyint",
+                              "copysign")
          for suffix in ("", "f", "l")} | {"malloc", "free", "memcpy", "memset", "getenv",
                                          "strtol", "sysconf", "syscall", "sched_yield",
                                          "pthread_create", "pthread_join", "abort"}

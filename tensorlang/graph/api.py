@@ -12,19 +12,29 @@ from .registry import OPS
 
 _names = itertools.count(1)
 _FLOATS = ("float32", "float64")
-_DTYPES = _FLOATS + ("int64",)      # int64: forward graphs (no gradients), numpy's rules
+# integers: forward graphs (no gradients), numpy's rules (uint8 + int8 is int16, a uint8 sum
+# accumulates in int64); the narrow ones carry quantized data (`quantize_linear`)
+_INTS = ("int64", "int32", "int16", "int8", "uint8")
+_DTYPES = _FLOATS + _INTS
+_NAMES = "float32, float64, int64, int32, int16, int8 or uint8"
 # ops whose result is floating point for integer inputs, as numpy's (true division, means)
 FLOAT_RESULT = frozenset({"exp", "log", "sin", "cos", "tanh", "sqrt", "sigmoid", "div",
                           "mean", "softmax", "log_softmax", "power", "avg_pool2d"})
+
+
+def _dtype_name(dtype) -> str | None:
+    try:
+        return str(np.dtype(dtype))
+    except TypeError:
+        return None
 
 
 def Variable(name: str, shape=None, dtype: str = "float32") -> Node:  # noqa: N802
     """An input fed at run time; shape None takes the fed array's shape."""
     if not isinstance(name, str) or not name:
         raise GraphError(f"Variable: name must be a non-empty string, got {name!r}")
-    if str(np.dtype(dtype)) not in _DTYPES:
-        raise GraphError(f"Variable {name}: dtype must be float32, float64 or int64, got "
-                         f"{dtype}")
+    if _dtype_name(dtype) not in _DTYPES:
+        raise GraphError(f"Variable {name}: dtype must be {_NAMES}, got {dtype}")
     if shape is not None:
         try:
             shape = tuple(int(s) for s in shape)
@@ -42,8 +52,8 @@ def constant(value, dtype: str | None = None, name: str | None = None) -> Node:
     arr = np.asarray(value)
     if dtype is None:
         dtype = arr.dtype if arr.dtype.name in _DTYPES else "float32"
-    if str(np.dtype(dtype)) not in _DTYPES:
-        raise GraphError(f"constant: dtype must be float32, float64 or int64, got {dtype}")
+    if _dtype_name(dtype) not in _DTYPES:
+        raise GraphError(f"constant: dtype must be {_NAMES}, got {dtype}")
     arr = arr.astype(dtype)
     label = name or f"const_{next(_names)}"
     return Node("constant", (), {"value": ConstValue(arr)}, arr.shape, str(arr.dtype), label)
@@ -151,13 +161,22 @@ def equal(a, b):
 
 
 # ------------------------------------------------------------------- reductions
+def _wide(x):
+    """x, or x in int64 when it is a narrower integer (numpy sums small integers in the
+    platform's integer: a uint8 sum does not wrap at 256)."""
+    if isinstance(x, Node) and x.dtype in _INTS and x.dtype != "int64":
+        n = make("cast", (x,), dtype="int64")
+        return Node(n.op, n.inputs, n.kwargs, n.shape, "int64", n.name)
+    return x
+
+
 def sum(x, axis=None, keepdims: bool = False):  # noqa: A001
-    return make("sum", (x,), axis=_axis(axis), keepdims=bool(keepdims))
+    return make("sum", (_wide(x),), axis=_axis(axis), keepdims=bool(keepdims))
 
 
 def mean(x, axis=None, keepdims: bool = False):
     """The mean; over no elements (an axis of extent 0) it is NaN, as numpy's."""
-    return make("mean", (x,), axis=_axis(axis), keepdims=bool(keepdims))
+    return make("mean", (_wide(x),), axis=_axis(axis), keepdims=bool(keepdims))
 
 
 def max(x, axis=None, keepdims: bool = False):  # noqa: A001

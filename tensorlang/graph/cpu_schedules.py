@@ -17,6 +17,7 @@ from ..schedule.recipes import (accumulate_channels, accumulate_in_registers, co
                                 names, tile_columns, vector_sum, vector_tile,
                                 vectors_inside_reduction)
 from ..target import MAX_TILE_ROWS
+from .quantized import schedule_matmul_integer
 from ..te.reduce import MINMAX_COMBINERS
 
 
@@ -107,12 +108,15 @@ def conv_block(out_shape, w_shape, dtype: str, target: tl.Target | None = None):
 
 
 def default_schedule(out: tl.Tensor, kind: str, work: int, fresh=None,
-                     anchor: tl.Tensor | None = None) -> tl.Schedule:
+                     anchor: tl.Tensor | None = None,
+                     target: tl.Target | None = None) -> tl.Schedule:
     """Elementwise: all axes fused, split by the vector width, vectorised, and parallel when
     large. Matmul: register-blocked tiles (`_block_matmul`). Other kinds: the first axis in
     parallel when the work is large. `fresh()` makes the schedule to start from (default:
     `create_schedule(out)`); when a primitive is refused, that schedule is used as it is.
-    `anchor` is the matmul whose elementwise epilogue `out` is (kind "matmul")."""
+    `anchor` is the matmul whose elementwise epilogue `out` is (kind "matmul"). An integer
+    matmul (kind "matmul_integer") takes `target`'s dot-product instruction where it has
+    one (`quantized.schedule_matmul_integer`; `target` default this machine)."""
     fresh = fresh or (lambda: tl.create_schedule(out))
     try:
         s = fresh()
@@ -138,6 +142,9 @@ def default_schedule(out: tl.Tensor, kind: str, work: int, fresh=None,
                 st.parallel(fused)
         elif kind == "matmul":
             _block_matmul(s, anchor if anchor is not None else out, out, big)
+            return s
+        elif kind == "matmul_integer":
+            schedule_matmul_integer(s, out, target or _host())
             return s
         elif kind == "conv2d":
             _block_conv(s, anchor if anchor is not None else out, out, big)

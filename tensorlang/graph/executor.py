@@ -280,6 +280,10 @@ def resolved_mode(members: tuple, shapes: tuple, schedules: str) -> str:
     "model" or "hand"."""
     if schedules == "default":
         schedules = "auto" if tune_log() is not None else "model"
+    if schedules in ("model", "auto") and any(op in HAND_ONLY for op, _, _ in members):
+        debug_print(1, f"executor: {members[-1][0]} keeps its hand schedule: the search does "
+                       "not place dot-product instructions")
+        return "hand"
     if schedules == "model":
         tshapes: list = []
         for op, attrs, operands in members:
@@ -375,7 +379,7 @@ def schedule_group_for_cache(members: tuple, shapes: tuple, dtypes: tuple,
     s = recorded(out, target, log, model=schedules == "model", key=pkey)
     if s is not None:           # a record: the hand schedule (its seed) is not needed
         return s, ins, out, log, pkey, mode
-    hand = default_schedule(out, kind, work, fresh, anchor)
+    hand = default_schedule(out, kind, work, fresh, anchor, tl.Target.parse(target))
     if schedules == "auto":     # the hand schedule seeds the search: never slower than it
         s = tl.auto_schedule(out, target=target, budget_s=tune_budget(10.0), log=log,
                              seeds=[hand])
@@ -395,6 +399,7 @@ def schedule_group_for_cache(members: tuple, shapes: tuple, dtypes: tuple,
 
 
 SCHEDULES = ("default", "model", "auto", "hand")
+HAND_ONLY = frozenset({"matmul_integer"})   # ops whose kernels keep the hand schedule
 MODEL_BUDGET_S = 30.0    # seconds at most of the model-only search per kernel (a cap: the
                          # search is a fixed number of candidates, well under it)
 MODEL_MIN_WORK = 1 << 20     # multiply-adds below which a kernel keeps its hand schedule
@@ -591,9 +596,10 @@ class _Plan:
             step = _Step(g, kernel, [self.slot_of[ins[k].id] if k < len(ins)
                                      else slots[k - len(ins)] for k in used], slot)
             arrays = [self.arrays[i] for i in step.inputs] + [self.arrays[slot]]
-            if target == "llvm":
+            cpu = backend_kind(target) not in GPU_KINDS
+            if cpu:
                 kernel.check_arguments(arrays)  # once: the plan's arrays never change
-            if target == "llvm" and not kernel.params:   # constant sizes
+            if cpu and not kernel.params:   # constant sizes
                 step.pointers = [a.ctypes.data for a in arrays]
             self.steps.append(step)
             for i in ins:        # (one read for its shape only may be inside another kernel)
@@ -831,8 +837,8 @@ class Executor:
     def _plan(self, feeds) -> _Plan:
         shapes, dtypes = _infer(self.order, {i: (tuple(v.shape), str(v.dtype))
                                              for i, v in feeds.items()})
-        return _Plan(self.order, shapes, dtypes, self.outputs, self.fuse,
-                     self.target if self.on_gpu else "llvm", self.schedules)
+        return _Plan(self.order, shapes, dtypes, self.outputs, self.fuse, self.target,
+                     self.schedules)
 
     def run(self, feed_dict, out=None) -> list[np.ndarray]:
         """The outputs' values for the fed Variables. Each is a fresh array, or, with `out`

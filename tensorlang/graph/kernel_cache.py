@@ -139,9 +139,10 @@ def store():
 
 
 def host_cacheable(target: str) -> bool:
-    """Whether the group kernels of `target` go through the disk cache: host LLVM kernels;
-    a GPU target's are compiled in each process (said at TL_DEBUG=1)."""
-    if backend_kind(target) in GPU_KINDS:
+    """Whether the group kernels of `target` go through the disk cache: host LLVM kernels
+    ("llvm"); a GPU target's, and a CPU target named otherwise ("llvm -mcpu=x86-64"), are
+    compiled in each process for that target (said at TL_DEBUG=1)."""
+    if backend_kind(target) in GPU_KINDS or str(target).strip() != "llvm":
         debug_print(1, f"kernel cache: {target} kernels are not kept on disk; compiling")
         return False
     return True

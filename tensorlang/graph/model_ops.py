@@ -406,7 +406,7 @@ def abs(x):  # noqa: A001
 
 
 # ----------------------------------------------------------------------- casts
-_CASTS = ("float32", "float64", "int64")
+_CASTS = ("float32", "float64", "int64", "int32", "int16", "int8", "uint8")
 
 
 def _cast_te(ts, shapes, out, dtype):
@@ -419,7 +419,9 @@ register_op("cast", lambda x, dtype: x.astype(dtype), lambda s, dtype: tuple(s),
 
 
 def cast(x, dtype: str):
-    """`x` converted to `dtype` (float32, float64 or int64; float to int truncates)."""
+    """`x` converted to `dtype` (float32, float64, int64, int32, int16, int8 or uint8), as
+    numpy's `astype`: float to int truncates, integers wrap. A float out of the integer's
+    range has no defined result (numpy's neither): clip it first (`quantize_linear` does)."""
     dtype = str(np.dtype(dtype))
     if dtype not in _CASTS:
         raise tl.TensorlangError(f"cast: dtype must be one of {_CASTS}, got {dtype}")

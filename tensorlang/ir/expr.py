@@ -374,7 +374,8 @@ class IndexCheck(Expr):
         return f"checked({fmt(self.index)} < {fmt(self.extent)})"
 
 
-MATH_FUNCTIONS = ("exp", "log", "sqrt", "tanh", "erf", "pow", "floor", "ceil", "fabs", "sin",
+MATH_FUNCTIONS = ("exp", "log", "sqrt", "tanh", "erf", "pow", "floor", "ceil", "roundeven", "fabs",
+                  "sin",
                   "cos", "isnan", "fmax", "fmin", "fmax_any")
 
 

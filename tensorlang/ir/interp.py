@@ -30,7 +30,8 @@ from .stmt import Allocate, Barrier, Buffer, ExternCall, For, If, Let, LoopKind,
 _CMP = {LT: np.less, LE: np.less_equal, GT: np.greater, GE: np.greater_equal, EQ: np.equal,
         NE: np.not_equal}
 _CALLS = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "sin": np.sin, "cos": np.cos,
-          "tanh": np.tanh, "floor": np.floor, "ceil": np.ceil, "fabs": np.abs, "pow": np.power,
+          "tanh": np.tanh, "floor": np.floor, "roundeven": np.rint, "ceil": np.ceil,
+          "fabs": np.abs, "pow": np.power,
           "isnan": np.isnan, "fmax": np.fmax, "fmin": np.fmin,
           "fmax_any": np.fmax}
 

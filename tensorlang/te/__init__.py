@@ -7,8 +7,8 @@ from .extern import (  # noqa: F401
 )
 from .intrin import (  # noqa: F401
     abs, all, any, ceil, cos, erf, exp, floor, floordiv, floormod, fmax, fmin, if_then_else,
-    indexdiv, indexmod, log, max_value, maximum, min_value, minimum, pow, rsqrt, sigmoid, sin,
-    sqrt, tanh,
+    indexdiv, indexmod, log, max_value, maximum, min_value, minimum, pow, round, rsqrt, sigmoid,
+    sin, sqrt, tanh,
 )
 from .reduce import (  # noqa: F401
     CommReducer, Reduce, argmax, argmin, comm_reducer, max, min, nanmax, nanmin, prod, sum,

@@ -66,6 +66,13 @@ def ceil(x) -> Expr:
     return Call("ceil", (e,), e.dtype) if e.dtype.is_float else e
 
 
+def round(x) -> Expr:  # noqa: A001
+    """Round to the nearest integer, halves to even (numpy's `round`, IEEE's roundeven);
+    integers stay integers."""
+    e = to_expr(x, "round argument")
+    return Call("roundeven", (e,), e.dtype) if e.dtype.is_float else e
+
+
 def pow(x, y) -> Expr:  # noqa: A001
     """x ** y."""
     return power(to_expr(x, "pow base"), y if not hasattr(y, "var") else y.var)

@@ -46,7 +46,8 @@ VALUE_TYPES = {**C_TYPES, "bool": "bool", "float16": "float"}
 _BIN = {Add: "+", Sub: "-", Mul: "*", Div: "/"}
 _CMP = {LT: "<", LE: "<=", GT: ">", GE: ">=", EQ: "==", NE: "!="}
 _MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "sin": "sin", "cos": "cos",
-         "tanh": "tanh", "floor": "floor", "ceil": "ceil", "fabs": "fabs", "pow": "pow",
+         "tanh": "tanh", "floor": "floor", "roundeven": "rint", "ceil": "ceil",
+         "fabs": "fabs", "pow": "pow",
          "erf": "erf", "fmax": "fmax", "fmin": "fmin",
          "fmax_any": "fmax"}
 

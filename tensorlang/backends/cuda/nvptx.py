@@ -45,7 +45,7 @@ from .launch import MAX_GUARDED_UNROLL, Launch, buffer_elements
 TRIPLE = "nvptx64-nvidia-cuda"
 DEFAULT_ARCH = "sm_70"   # PTX for Volta and every later GPU (the driver compiles it further)
 SHARED, GLOBAL = 3, 1    # NVPTX address spaces
-_NATIVE = {"isnan", "sqrt", "floor", "ceil", "fabs",   # selected by NVPTX itself
+_NATIVE = {"isnan", "sqrt", "floor", "ceil", "roundeven", "fabs",   # selected by NVPTX itself
            "fmax_any"}                               # llvm.maxnum under nnan: max.f32
 
 

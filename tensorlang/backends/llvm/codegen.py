@@ -50,7 +50,8 @@ def extern_symbol(s: ExternCall) -> str:
 
 _ICMP = {LT: "<", LE: "<=", GT: ">", GE: ">=", EQ: "==", NE: "!="}
 _FCMP = {LT: "olt", LE: "ole", GT: "ogt", GE: "oge", EQ: "oeq", NE: "une"}
-_INTRINSICS = {"exp", "log", "sqrt", "sin", "cos", "floor", "ceil", "fabs", "pow", "tanh"}
+_INTRINSICS = {"exp", "log", "sqrt", "sin", "cos", "floor", "ceil", "roundeven", "fabs", "pow",
+               "tanh"}
 _LIBM = {"erf": ("erff", "erf")}
 INLINE_F32 = {"exp": exp_f32, "log": log_f32, "tanh": tanh_f32, "erf": erf_f32}  # vmath.py
 

@@ -1,0 +1,253 @@
+"""Quantized integers in the graph: `quantize_linear`, `dequantize_linear` (ONNX's
+QuantizeLinear and DequantizeLinear), `round` (halves to even) and `matmul_integer` (ONNX's
+MatMulInteger: uint8 or int8 operands, int32 sums, zero points).
+
+`matmul_integer` runs on the CPU's dot-product instruction where the target has it: AVX512
+VNNI's `vpdpbusd` multiplies unsigned bytes by signed bytes, so the operands are brought to
+that form first, exactly (a signed A is A + 128, an unsigned B is B - 128), and the zero
+points and the shifts come back as a correction of the sums:
+
+    sum_k (A - za)(B - zb) = A'.B' - zb' rowsum(A') - za' colsum(B') + K za' zb'
+
+with A' = A + sa, B' = B - sb, za' = za + sa, zb' = zb - sb. The kernel: B' packed as the
+instruction reads it (`schedule.dot_products`), register tiles of 4 rows x 4 vectors of sums
+with the 16 x 4 block below them tensorized. A target without the instruction runs the same
+packed nest with the lanes vectorized (TL_DEBUG=1 says so)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import tensorlang as tl
+
+from . import api
+from .model_ops import _no_grad, _no_jvp, _retyped, cast
+from .node import GraphError, Node
+from .ops import _elementwise
+from .registry import register_op
+from ..config import debug_print
+from ..te.intrin import all as all_, if_then_else
+
+LANES, DEPTH = 16, 4            # vpdpbusd: 16 int32 sums of 4 byte products each
+ROWS, VECS = 4, 4               # a register tile: 4 rows x 4 vectors of sums
+_QTYPES = ("uint8", "int8")
+
+
+# ------------------------------------------------------------------------ round
+def round(x):  # noqa: A001
+    """Round to the nearest integer, halves to even (numpy's `round`)."""
+    return api.make("round", (x,))
+
+
+register_op("round", np.round, lambda s: tuple(s),
+            lambda g, n: [api.zeros_like(g)], _no_jvp("round"), _elementwise(tl.round))
+
+
+# ------------------------------------------------------------- quantize, dequantize
+def _range(dtype: str) -> tuple[int, int]:
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
+def quantize_linear(x, scale, zero_point=0, dtype: str = "uint8"):
+    """ONNX's QuantizeLinear: `saturate(round(x / scale) + zero_point)` in `dtype` (uint8 or
+    int8), halves rounded to even. `scale` and `zero_point` broadcast against `x` (a
+    per-channel scale is shaped to its axis by the caller)."""
+    dtype = str(np.dtype(dtype))
+    if dtype not in _QTYPES:
+        raise GraphError(f"quantize_linear: dtype must be uint8 or int8, got {dtype}")
+    lo, hi = _range(dtype)
+    q = round(api.div(x, scale)) + zero_point
+    return cast(api.make("maximum", (api.make("minimum", (q, float(hi))), float(lo))), dtype)
+
+
+def dequantize_linear(q, scale, zero_point=0):
+    """ONNX's DequantizeLinear: `(q - zero_point) * scale` in float32 (the difference is
+    exact: taken in int32)."""
+    d = cast(q, "int32")
+    if not (isinstance(zero_point, (int, np.integer)) and int(zero_point) == 0):
+        d = d - cast(api._as_node(zero_point, None) if not isinstance(zero_point, Node)
+                     else zero_point, "int32")
+    return cast(d, "float32") * scale
+
+
+# ---------------------------------------------------------------- matmul_integer
+def _zero(z) -> bool:
+    """Whether a zero point is absent or known to be all zeros."""
+    if z is None:
+        return True
+    if isinstance(z, Node):
+        return z.op == "constant" and not np.any(z.attr("value").array)
+    return not np.any(np.asarray(z))
+
+
+def matmul_integer(a, b, a_zero_point=None, b_zero_point=None):
+    """ONNX's MatMulInteger: `sum_k (a[..., i, k] - a_zero_point) * (b[k, j] -
+    b_zero_point)` in int32. `a` is uint8 or int8 of shape (..., M, K), `b` uint8 or int8 of
+    (K, N); `a_zero_point` a scalar or one per row of A (M,), `b_zero_point` a scalar or one
+    per column of B (N,), each of its operand's dtype. The int32 sums wrap, as the
+    instruction's do."""
+    a, b = api._as_node(a, None), api._as_node(b, None)
+    for name, x in (("a", a), ("b", b)):
+        if x.dtype not in _QTYPES:
+            raise GraphError(f"matmul_integer: {name} must be uint8 or int8, got {x.dtype}")
+    if b.shape is not None and len(b.shape) != 2:
+        raise NotImplementedError(f"matmul_integer: b must be 2-D (K, N), got shape {b.shape} "
+                                  "(a batched b is not supported)")
+    if a.shape is None or b.shape is None:
+        raise GraphError("matmul_integer: the operands' shapes must be known")
+    if len(a.shape) < 2 or a.shape[-1] != b.shape[0]:
+        raise GraphError(f"matmul_integer: a (..., M, K) and b (K, N) do not match: {a.shape} "
+                         f"and {b.shape}")
+    m, n = a.shape[-2], b.shape[1]
+    zs, flags = [], {}
+    for name, z, dt, size in (("a_zero_point", a_zero_point, a.dtype, m),
+                              ("b_zero_point", b_zero_point, b.dtype, n)):
+        flags[name] = not _zero(z)
+        if not flags[name]:
+            continue
+        z = z if isinstance(z, Node) else api.constant(np.asarray(z).astype(dt))
+        if z.dtype != dt:
+            raise GraphError(f"matmul_integer: {name} must be {dt} (its operand's dtype), got "
+                             f"{z.dtype}")
+        if z.shape is None or tuple(z.shape) not in ((), (1,), (size,)):
+            raise GraphError(f"matmul_integer: {name} must be a scalar or of shape ({size},), "
+                             f"got {z.shape}")
+        zs.append(api.reshape(z, ()) if tuple(z.shape) == (1,) else z)
+    lead = tuple(a.shape[:-2])
+    a2 = api.reshape(a, (int(np.prod(lead, dtype=np.int64)) * m, a.shape[-1])) if lead else a
+    if lead and flags["a_zero_point"] and zs[0].shape == (m,):
+        raise NotImplementedError("matmul_integer: a per-row a_zero_point with a batched a")
+    node = api.make("matmul_integer", (a2, b, *zs), a_zp=flags["a_zero_point"],
+                    b_zp=flags["b_zero_point"])
+    node = _retyped(node, "int32")
+    return api.reshape(node, lead + (m, n)) if lead else node
+
+
+def _mmi_ref(a, b, *zs, a_zp, b_zp):
+    zs = list(zs)
+    za = zs.pop(0) if a_zp else 0
+    zb = zs.pop(0) if b_zp else 0
+    za = np.asarray(za, np.int64)
+    za = za.reshape(-1, 1) if za.ndim else za
+    d = (a.astype(np.int64) - za) @ (b.astype(np.int64) - np.asarray(zb, np.int64))
+    return d.astype(np.int32)           # modulo 2**32, as the int32 sums wrap
+
+
+def _mmi_shape(a, b, *zs, a_zp, b_zp):
+    return (a[0], b[1])
+
+
+def _mmi_te(ts, shapes, out, a_zp, b_zp):
+    """The kernel's stages (see the module): Ap (a signed A made unsigned), Bp (B' packed
+    [N/16, K/4, 16, 4], zeros past the edges), D (the sums of products), rowa / colb (the
+    operands' sums, where the correction needs them) and out (D corrected)."""
+    A, B, *zs = ts
+    za = zs.pop(0) if a_zp else None
+    zb = zs.pop(0) if b_zp else None
+    (m, k), n = shapes[0], shapes[1][1]
+    sa = 128 if A.dtype.name == "int8" else 0          # A' = A + sa: unsigned
+    sb = 128 if B.dtype.name == "uint8" else 0         # B' = B - sb: signed
+    if sa:
+        A = tl.compute((m, k), lambda i, r: (A[i, r].astype("int32") + sa).astype("uint8"),
+                       name="Ap")
+    nb, kb = -(-n // LANES), -(-k // DEPTH)
+
+    def b_signed(r, j):
+        v = B[r, j]
+        return (v.astype("int32") - sb).astype("int8") if sb else v
+    Bp = tl.compute((nb, kb, LANES, DEPTH), lambda jo, ko, ji, ki: if_then_else(
+        all_(ko * DEPTH + ki < k, jo * LANES + ji < n), b_signed(ko * DEPTH + ki, jo * LANES + ji),
+        tl.const(0, "int8")), name="Bp")
+    r = tl.reduce_axis((0, k), name="k")
+    D = tl.compute((m, n), lambda i, j: tl.sum(
+        A[i, r].astype("int32") * Bp[j // LANES, r // DEPTH, j % LANES, r % DEPTH].astype("int32"),
+        axis=r), name="D")
+
+    def zero_point(z, shift, idx):
+        if z is None:
+            return tl.const(shift, "int32") if shift else None
+        v = (z[idx] if len(z.shape) else z[()]).astype("int32")
+        return v + shift if shift else v
+    zae = lambda i: zero_point(za, sa, i)            # noqa: E731 (za' per row)
+    zbe = lambda j: zero_point(zb, -sb, j)           # noqa: E731 (zb' per column)
+    if zae(0) is None and zbe(0) is None:
+        return D, "matmul_integer"
+    terms = []
+    if zbe(0) is not None:
+        ra = tl.reduce_axis((0, k), name="ka")
+        rowa = tl.compute((m,), lambda i: tl.sum(A[i, ra].astype("int32"), axis=ra), name="rowa")
+        terms.append(lambda i, j: zbe(j) * rowa[i])
+    if zae(0) is not None:
+        rb = tl.reduce_axis((0, k), name="kb")
+        colb = tl.compute((n,), lambda j: tl.sum(b_signed(rb, j).astype("int32"), axis=rb),
+                          name="colb")
+        terms.append(lambda i, j: zae(i) * colb[j])
+
+    def body(i, j):
+        v = D[i, j]
+        for t in terms:
+            v = v - t(i, j)
+        if zae(0) is not None and zbe(0) is not None:
+            v = v + zae(i) * zbe(j) * k
+        return v
+    return tl.compute((m, n), body, name="out"), "matmul_integer"
+
+
+register_op("matmul_integer", _mmi_ref, _mmi_shape, _no_grad("matmul_integer"),
+            _no_jvp("matmul_integer"), _mmi_te)
+
+
+def schedule_matmul_integer(s: tl.Schedule, out: tl.Tensor, target: tl.Target) -> None:
+    """The kernel's schedule (see the module): D in register tiles over row tiles in
+    parallel, its 16 x 4 blocks on `vpdpbusd` where `target` has AVX512-VNNI."""
+    stages = {st.op.name: st.op.output for st in s.stages}
+    D, Bp = stages["D"], stages["Bp"]
+    m = int(D.shape[0].value)
+    i, j = D.op.axis
+    (r,) = D.op.reduce_axis
+    st = s[D]
+    if out is not D:
+        # D in tiles computed at the output's tiles: the correction reads each tile from L1
+        oi, oj = out.op.axis
+        oio, oii = s[out].split(oi, factor=ROWS)
+        ojo, oji = s[out].split(oj, factor=LANES * VECS)
+        s[out].reorder(oio, ojo, oii, oji)
+        s[out].vectorize(s[out].split(oji, factor=LANES)[1])
+        if m > ROWS:
+            s[out].parallel(oio)
+        st.compute_at(s[out], ojo)
+        jm, ji = st.split(j, factor=LANES)
+        ko, ki = st.split(r, factor=DEPTH)
+        st.reorder(ko, i, jm, ji, ki)
+        rows, outer = i, (ko,)
+    else:
+        io, ii = st.split(i, factor=ROWS)
+        jo, ji = st.split(j, factor=LANES * VECS)
+        jm, ji = st.split(ji, factor=LANES)
+        ko, ki = st.split(r, factor=DEPTH)
+        st.reorder(io, jo, ko, ii, jm, ji, ki)
+        if m > ROWS:
+            st.parallel(io)
+        rows, outer = ii, (io, jo, ko)
+    st.unroll(rows)
+    st.unroll(jm)
+    s[Bp].parallel(Bp.op.axis[0])
+    if target.has_feature("avx512vnni"):
+        from ..intrin import x86
+        st.tensorize(ji, x86.vnni_u8s8_i32)
+    else:
+        debug_print(1, f"matmul_integer {tuple(int(x.value) for x in D.shape)}: the target "
+                       "has no AVX512-VNNI; the packed nest runs with its lanes vectorized")
+        st.reorder(*outer, rows, jm, ki, ji)
+        st.vectorize(ji)
+    for name in ("Ap", "rowa"):
+        if name in stages:
+            s[stages[name]].parallel(stages[name].op.axis[0])
+    if "colb" in stages:        # B's rows one after the other, a vector of columns each
+        cb = stages["colb"]
+        cjo, cji = s[cb].split(cb.op.axis[0], factor=LANES * VECS)
+        cv, cl = s[cb].split(cji, factor=LANES)
+        s[cb].reorder(cjo, cb.op.reduce_axis[0], cv, cl)
+        s[cb].vectorize(cl)
+        s[cb].parallel(cjo)
