@@ -57,9 +57,9 @@ class BackendRep(_base()[1]):
         out, given = {}, {}
         for n, a in arrays.items():
             a = given[n] = np.asarray(a)
-            if a.dtype.kind in "iub":
-                a = a.astype(np.int64)
-            elif a.dtype not in (np.float32, np.float64):
+            if a.dtype.kind in "iub" and a.dtype.name not in ("uint8", "int8"):
+                a = a.astype(np.int64)      # (uint8 and int8 stay, as the importer's types)
+            elif a.dtype.kind not in "iu" and a.dtype not in (np.float32, np.float64):
                 raise TensorlangError(f"run: input {n} has dtype {a.dtype}; expected float32, "
                                       "float64 or an integer or bool type")
             out[n] = a

@@ -17,9 +17,10 @@ class UnsupportedOperatorError(ONNXImportError, NotImplementedError):
 
 
 # ONNX's TensorProto element types -> (numpy dtype of the declared type, the graph's dtype)
+# (uint8 and int8 stay: they carry quantized data to `G.matmul_integer`)
 _TYPES = {1: ("float32", "float32"), 11: ("float64", "float64"), 7: ("int64", "int64"),
-          6: ("int32", "int64"), 5: ("int16", "int64"), 3: ("int8", "int64"),
-          2: ("uint8", "int64"), 4: ("uint16", "int64"), 12: ("uint32", "int64"),
+          6: ("int32", "int64"), 5: ("int16", "int64"), 3: ("int8", "int8"),
+          2: ("uint8", "uint8"), 4: ("uint16", "int64"), 12: ("uint32", "int64"),
           9: ("bool", "int64")}
 
 
@@ -31,8 +32,8 @@ def graph_dtype(elem_type: int, what: str) -> str:
         name = onnx.TensorProto.DataType.Name(elem_type) if elem_type in \
             onnx.TensorProto.DataType.values() else str(elem_type)
         raise ONNXImportError(f"{what}: element type {name} is not supported (supported: "
-                              "float32, float64, and the integer and bool types, computed "
-                              "as int64)")
+                              "float32, float64, uint8, int8, and the other integer and bool "
+                              "types, computed as int64)")
     return _TYPES[elem_type][1]
 
 

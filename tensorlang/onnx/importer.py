@@ -7,8 +7,10 @@ fold here, evaluated by ONNX's own reference implementation) or a graph node. Ea
 type has one converter (`converters.CONVERTERS`); an operator without one is a
 `UnsupportedOperatorError` naming it, the node and the supported list.
 
-Types: float32 and float64 stay; the integer types and bool are int64 inside the graph (their
-values are exact there) and the declared type again at the outputs (`ModelImport.cast_outputs`);
+Types: float32, float64, uint8 and int8 stay (the last two carry quantized data: QuantizeLinear,
+MatMulInteger, QLinearMatMul); the other integer types and bool are int64 inside the graph
+(their values are exact there) and the declared type again at the outputs
+(`ModelImport.cast_outputs`);
 float16, bfloat16, strings and complex numbers are refused, naming the tensor.
 """
 
