@@ -103,16 +103,25 @@ def matmul_integer(a, b, a_zero_point=None, b_zero_point=None):
     zs, flags = [], {}
     for name, z, dt, size in (("a_zero_point", a_zero_point, a.dtype, m),
                               ("b_zero_point", b_zero_point, b.dtype, n)):
-        flags[name] = not _zero(z)
-        if not flags[name]:
+        flags[name] = False
+        if z is None:
             continue
-        z = z if isinstance(z, Node) else api.constant(np.asarray(z).astype(dt))
+        if not isinstance(z, Node):
+            arr = np.asarray(z)
+            lo, hi = _range(dt)
+            if arr.dtype.kind not in "iu" or arr.size and (arr.min() < lo or arr.max() > hi):
+                raise GraphError(f"matmul_integer: {name} must hold {dt} values, got "
+                                 f"{arr.dtype} {arr.tolist() if arr.size < 8 else ''}".rstrip())
+            z = api.constant(arr.astype(dt))
         if z.dtype != dt:
             raise GraphError(f"matmul_integer: {name} must be {dt} (its operand's dtype), got "
                              f"{z.dtype}")
         if z.shape is None or tuple(z.shape) not in ((), (1,), (size,)):
             raise GraphError(f"matmul_integer: {name} must be a scalar or of shape ({size},), "
                              f"got {z.shape}")
+        if _zero(z):
+            continue
+        flags[name] = True
         zs.append(api.reshape(z, ()) if tuple(z.shape) == (1,) else z)
     lead = tuple(a.shape[:-2])
     a2 = api.reshape(a, (int(np.prod(lead, dtype=np.int64)) * m, a.shape[-1])) if lead else a
@@ -139,19 +148,29 @@ def _mmi_shape(a, b, *zs, a_zp, b_zp):
 
 
 def _mmi_te(ts, shapes, out, a_zp, b_zp):
-    """The kernel's stages (see the module): Ap (a signed A made unsigned), Bp (B' packed
-    [N/16, K/4, 16, 4], zeros past the edges), D (the sums of products), rowa / colb (the
-    operands' sums, where the correction needs them) and out (D corrected)."""
+    """The kernel's stages (see the module): Ap (A' padded with zeros to whole 4 x 4
+    blocks of rows and k, where A is signed or does not fill them), Bp (B' packed [N/16,
+    K/4, 16, 4], zeros past the edges), D (the sums of products; over the padded sizes
+    when A was padded or N is not a multiple of 16, so that every block is a whole use of
+    the instruction), rowa / colb (the operands' sums, where the correction needs them)
+    and out (D corrected, or its first m x n)."""
     A, B, *zs = ts
     za = zs.pop(0) if a_zp else None
     zb = zs.pop(0) if b_zp else None
     (m, k), n = shapes[0], shapes[1][1]
     sa = 128 if A.dtype.name == "int8" else 0          # A' = A + sa: unsigned
     sb = 128 if B.dtype.name == "uint8" else 0         # B' = B - sb: signed
-    if sa:
-        A = tl.compute((m, k), lambda i, r: (A[i, r].astype("int32") + sa).astype("uint8"),
-                       name="Ap")
     nb, kb = -(-n // LANES), -(-k // DEPTH)
+    aligned = m % ROWS == 0 and n % LANES == 0 and k % DEPTH == 0
+    mp, np_, kp = (m, n, k) if aligned else (-(-m // ROWS) * ROWS, nb * LANES, kb * DEPTH)
+    if sa or not aligned:
+        a0 = A
+
+        def a_unsigned(i, r):
+            v = a0[i, r]
+            return (v.astype("int32") + sa).astype("uint8") if sa else v
+        A = tl.compute((mp, kp), lambda i, r: if_then_else(
+            all_(i < m, r < k), a_unsigned(i, r), tl.const(0, "uint8")), name="Ap")
 
     def b_signed(r, j):
         v = B[r, j]
@@ -159,8 +178,8 @@ def _mmi_te(ts, shapes, out, a_zp, b_zp):
     Bp = tl.compute((nb, kb, LANES, DEPTH), lambda jo, ko, ji, ki: if_then_else(
         all_(ko * DEPTH + ki < k, jo * LANES + ji < n), b_signed(ko * DEPTH + ki, jo * LANES + ji),
         tl.const(0, "int8")), name="Bp")
-    r = tl.reduce_axis((0, k), name="k")
-    D = tl.compute((m, n), lambda i, j: tl.sum(
+    r = tl.reduce_axis((0, kp), name="k")
+    D = tl.compute((mp, np_), lambda i, j: tl.sum(
         A[i, r].astype("int32") * Bp[j // LANES, r // DEPTH, j % LANES, r % DEPTH].astype("int32"),
         axis=r), name="D")
 
@@ -171,11 +190,11 @@ def _mmi_te(ts, shapes, out, a_zp, b_zp):
         return v + shift if shift else v
     zae = lambda i: zero_point(za, sa, i)            # noqa: E731 (za' per row)
     zbe = lambda j: zero_point(zb, -sb, j)           # noqa: E731 (zb' per column)
-    if zae(0) is None and zbe(0) is None:
+    if zae(0) is None and zbe(0) is None and aligned:
         return D, "matmul_integer"
     terms = []
     if zbe(0) is not None:
-        ra = tl.reduce_axis((0, k), name="ka")
+        ra = tl.reduce_axis((0, kp), name="ka")
         rowa = tl.compute((m,), lambda i: tl.sum(A[i, ra].astype("int32"), axis=ra), name="rowa")
         terms.append(lambda i, j: zbe(j) * rowa[i])
     if zae(0) is not None:
@@ -200,14 +219,18 @@ register_op("matmul_integer", _mmi_ref, _mmi_shape, _no_grad("matmul_integer"),
 
 def schedule_matmul_integer(s: tl.Schedule, out: tl.Tensor, target: tl.Target) -> None:
     """The kernel's schedule (see the module): D in register tiles over row tiles in
-    parallel, its 16 x 4 blocks on `vpdpbusd` where `target` has AVX512-VNNI."""
+    parallel, its 16 x 4 blocks on `vpdpbusd` where `target` has AVX512-VNNI; a
+    correction of D of the same size reads each tile from L1 (D computed at its tiles), one
+    of padded sizes runs after D, vectorized."""
     stages = {st.op.name: st.op.output for st in s.stages}
     D, Bp = stages["D"], stages["Bp"]
     m = int(D.shape[0].value)
     i, j = D.op.axis
     (r,) = D.op.reduce_axis
     st = s[D]
-    if out is not D:
+    at_tiles = out is not D and [int(x.value) for x in D.shape] == \
+        [int(x.value) for x in out.shape]
+    if at_tiles:
         # D in tiles computed at the output's tiles: the correction reads each tile from L1
         oi, oj = out.op.axis
         oio, oii = s[out].split(oi, factor=ROWS)
@@ -241,6 +264,11 @@ def schedule_matmul_integer(s: tl.Schedule, out: tl.Tensor, target: tl.Target) -
                        "has no AVX512-VNNI; the packed nest runs with its lanes vectorized")
         st.reorder(*outer, rows, jm, ki, ji)
         st.vectorize(ji)
+    if out is not D and not at_tiles:
+        oi, oj = out.op.axis
+        s[out].vectorize(s[out].split(oj, factor=LANES)[1])
+        if m > ROWS:
+            s[out].parallel(oi)
     for name in ("Ap", "rowa"):
         if name in stages:
             s[stages[name]].parallel(stages[name].op.axis[0])

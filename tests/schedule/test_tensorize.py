@@ -315,6 +315,37 @@ def test_vnni_int8_matmul(M, N, K, rng):
     np.testing.assert_array_equal(c, ref)
 
 
+@pytest.mark.parametrize("M,N,K", [(8, 16, 4), (12, 32, 8), (16, 80, 36)])
+def test_vnni_tile_computed_at_a_row_tile_of_its_reader(M, N, K, rng):
+    """The sums in a local tile computed at each 4-row tile of an elementwise reader (the
+    tile's loops start at 4 * the row tile, then rebased to count from zero for the
+    registers): every use's origin moves with its loops (row tiles past the first once
+    wrote outside the tile and read A's first rows)."""
+    from tensorlang.graph.quantized import _mmi_te, schedule_matmul_integer
+
+    A = tl.placeholder((M, K), "uint8", name="A")
+    B = tl.placeholder((K, N), "int8", name="B")
+    zb = tl.placeholder((N,), "int8", name="zb")
+    out, _ = _mmi_te([A, B, zb], [(M, K), (K, N), (N,)], (M, N), a_zp=False, b_zp=True)
+    s = tl.create_schedule(out)
+    schedule_matmul_integer(s, out, tl.Target.parse("llvm -mcpu=znver4"))
+    a = rng.integers(0, 256, (M, K), dtype=np.uint8)
+    b = rng.integers(-128, 128, (K, N), dtype=np.int8)
+    z = rng.integers(-128, 128, N, dtype=np.int8)
+    ref = (a.astype(np.int64) @ (b.astype(np.int64) - z)).astype(np.int32)
+    c = np.zeros((M, N), np.int32)
+    tl.run_lowered(tl.lower(s, [A, B, zb, out]), [a, b, z, c])
+    np.testing.assert_array_equal(c, ref)
+    if not _host_has("avx512vnni"):
+        pytest.skip("this CPU has no AVX512-VNNI: the kernel was built, not run")
+    for threads in ("1", "2"):
+        c = np.full((M, N), -1, np.int32)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("TL_NUM_THREADS", threads)
+            tl.build(s, [A, B, zb, out])(a, b, z, c)
+        np.testing.assert_array_equal(c, ref)
+
+
 @pytest.mark.parametrize("M,N,K", [(1, 1, 1), (3, 16, 2), (5, 33, 13), (17, 47, 64)])
 def test_bf16_dot_matmul(M, N, K, rng):
     s, args = packed_matmul(M, N, K, 16, 2, "bfloat16", "bfloat16", "float32",

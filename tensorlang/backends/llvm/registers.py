@@ -10,8 +10,11 @@ tails are masked: see `vector.py`).
 
 from __future__ import annotations
 
+from ...errors import TensorlangError
 from ...ir.expr import Const, Load, Var
-from ...ir.stmt import Allocate, Buffer, For, If, Let, LoopKind, Seq, Stmt, Store
+from ...ir.stmt import (
+    Allocate, Barrier, Buffer, ExternCall, For, If, Let, LoopKind, Seq, Stmt, Store, TensorCall,
+)
 from ...ir.simplify import simplify
 from ...ir.visit import map_expr, stmt_exprs, substitute, walk, walk_stmt
 
@@ -107,6 +110,12 @@ def rebase_register_loops(s: Stmt, buf: Buffer) -> Stmt:
                                                        if k != x.var.name}))
         if isinstance(x, Allocate):
             return Allocate(x.buffer, go(x.body, shift))
-        return x
+        if isinstance(x, TensorCall):   # its regions' origins move with the loops too
+            return TensorCall(x.intrin, x.buffers, tuple(
+                tuple(simplify(ex(i)) if b is buf and shift else ex(i) for i in base)
+                for b, base in zip(x.buffers, x.bases)))
+        if isinstance(x, (Barrier, ExternCall)):
+            return x
+        raise TensorlangError(f"internal: rebase_register_loops meets a {type(x).__name__}")
 
     return go(s, {})
