@@ -154,6 +154,11 @@ def main(argv=None):
         systems["tensorlang bf16 (BF16)"] = lambda: g(ab, bb, cf)
     else:
         print(f"{host.cpu} has no AVX512-BF16: the bfloat16 kernel is not run")
+    qa, qb = G.Variable("qa", (n, n), "uint8"), G.Variable("qb", (n, n), "int8")
+    qex = G.Executor([G.matmul_integer(qa, qb)])
+    (qc,) = qex.run({qa: a, qb: b})
+    np.testing.assert_array_equal(qc, a.astype(np.int32) @ b.astype(np.int32))
+    systems["tensorlang G.matmul_integer"] = lambda: qex.run({qa: a, qb: b}, out=[c])
     x, y = G.Variable("x", (n, n), "float32"), G.Variable("y", (n, n), "float32")
     ex = G.Executor([G.matmul(x, y)])
     xf, yf = a.astype("f4"), b.astype("f4")
@@ -163,6 +168,7 @@ def main(argv=None):
     _table(f"{host.cpu} ({host.cores} threads, vectors of {host.vector_bits} bits), matmul "
            f"{n}^3, {args.rounds} rounds of {args.calls} calls, systems in turn", rounds)
     _ratio(rounds, "tensorlang int8 (VNNI)", "onnxruntime MatMulInteger")
+    _ratio(rounds, "tensorlang G.matmul_integer", "onnxruntime MatMulInteger")
     _ratio(rounds, "tensorlang int8 (VNNI)", "tensorlang float32")
     _ratio(rounds, "tensorlang bf16 (BF16)", "tensorlang float32")
 
@@ -192,6 +198,62 @@ def main(argv=None):
     _table(f"int8 conv2d 3x3 {nb}x{c}x{h}x{h} -> {k}, pad 1", crounds)
     _ratio(crounds, "tensorlang int8 conv (VNNI)", "onnxruntime ConvInteger")
     _ratio(crounds, "tensorlang int8 conv (VNNI)", "onnxruntime QLinearConv")
+    _quantized_ffn(rng, threads, args)
+
+
+def _quantized_ffn(rng, threads: int, args) -> None:
+    """A transformer's feed-forward block (128 tokens, 768 -> 3072 -> GELU-free Relu -> 768)
+    quantized by onnxruntime's own `quantize_dynamic` (DynamicQuantizeLinear, MatMulInteger
+    with int8 weights), the same model file run by tensorlang.onnx and by onnxruntime."""
+    try:
+        import onnx
+        import onnxruntime as ort
+        from onnx import TensorProto, helper, numpy_helper
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+    except ImportError as e:
+        print(f"onnx / onnxruntime's quantizer is not installed ({e}): the model is left out")
+        return
+    import os
+    import tempfile
+
+    import tensorlang.onnx as TO
+
+    t, d, h = 128, 768, 3072
+    init = [numpy_helper.from_array(v, name) for name, v in (
+        ("w1", rng.standard_normal((d, h)).astype("f4") * 0.03),
+        ("b1", rng.standard_normal(h).astype("f4") * 0.1),
+        ("w2", rng.standard_normal((h, d)).astype("f4") * 0.02),
+        ("b2", rng.standard_normal(d).astype("f4") * 0.1))]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["a"]),
+             helper.make_node("Add", ["a", "b1"], ["ab"]), helper.make_node("Relu", ["ab"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["o"]),
+             helper.make_node("Add", ["o", "b2"], ["y"])]
+    graph = helper.make_graph(nodes, "ffn", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [t, d])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [t, d])], init)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = os.path.join(tmp, "ffn.onnx"), os.path.join(tmp, "ffn_q.onnx")
+        onnx.save(model, src)
+        quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
+        q = onnx.load(dst)
+    q.ir_version = 8
+    x = rng.standard_normal((t, d)).astype("f4")
+    rep = TO.Backend.prepare(q)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(q.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    got, want = rep.run([x])[0], sess.run(None, {"x": x})[0]
+    print(f"\nquantized FFN {t}x{d}->{h}->{d} (onnxruntime's quantize_dynamic, int8 weights): "
+          f"max |tensorlang - onnxruntime| = {np.abs(got - want).max():.3g} "
+          f"(output scale {np.abs(want).max():.3g})")
+    rounds = _rounds({"tensorlang.onnx": lambda: rep.run([x]),
+                      "onnxruntime": lambda: sess.run(None, {"x": x})},
+                     2.0 * t * d * h * 2, args.rounds, args.calls)
+    _table("quantized FFN, the whole model", rounds)
+    _ratio(rounds, "tensorlang.onnx", "onnxruntime")
 
 
 if __name__ == "__main__":

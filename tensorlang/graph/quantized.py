@@ -127,14 +127,47 @@ def matmul_integer(a, b, a_zero_point=None, b_zero_point=None):
     a2 = api.reshape(a, (int(np.prod(lead, dtype=np.int64)) * m, a.shape[-1])) if lead else a
     if lead and flags["a_zero_point"] and zs[0].shape == (m,):
         raise NotImplementedError("matmul_integer: a per-row a_zero_point with a batched a")
-    node = api.make("matmul_integer", (a2, b, *zs), a_zp=flags["a_zero_point"],
-                    b_zp=flags["b_zero_point"])
+    ins, packed = (a2, b), None
+    if b.op == "constant":
+        # constant weights (a model's): packed here, once, with their column sums where the
+        # correction needs them, instead of in every run
+        k = b.shape[0]
+        bv = b.attr("value").array
+        packed = (k, n, 128 if b.dtype == "uint8" else 0)
+        ins = (a2, api.constant(pack_b(bv), name=f"{b.name}_packed"))
+        if flags["a_zero_point"] or a.dtype == "int8":
+            colb = (bv.astype(np.int64) - packed[2]).sum(axis=0).astype(np.int32)
+            ins += (api.constant(colb, name=f"{b.name}_colsums"),)
+    node = api.make("matmul_integer", (*ins, *zs), a_zp=flags["a_zero_point"],
+                    b_zp=flags["b_zero_point"], packed=packed)
     node = _retyped(node, "int32")
     return api.reshape(node, lead + (m, n)) if lead else node
 
 
-def _mmi_ref(a, b, *zs, a_zp, b_zp):
+def pack_b(b: np.ndarray) -> np.ndarray:
+    """B (K, N) as the instruction reads it: B' = B - 128 for a uint8 B, as int8, in
+    [N/16, K/4, 16, 4] blocks, zeros past the edges (the layout of the kernel's Bp stage)."""
+    k, n = b.shape
+    bs = (b.astype(np.int16) - (128 if b.dtype == np.uint8 else 0)).astype(np.int8)
+    nb, kb = -(-n // LANES), -(-k // DEPTH)
+    full = np.zeros((kb * DEPTH, nb * LANES), np.int8)
+    full[:k, :n] = bs
+    return np.ascontiguousarray(full.reshape(kb, DEPTH, nb, LANES).transpose(2, 0, 3, 1))
+
+
+def _unpacked(bp: np.ndarray, packed) -> np.ndarray:
+    k, n, shift = packed
+    nb, kb = bp.shape[:2]
+    full = bp.transpose(1, 3, 0, 2).reshape(kb * DEPTH, nb * LANES)[:k, :n]
+    return full.astype(np.int64) + shift
+
+
+def _mmi_ref(a, b, *zs, a_zp, b_zp, packed=None):
     zs = list(zs)
+    if packed is not None:
+        b = _unpacked(b, packed)
+        if a_zp or a.dtype == np.int8:
+            zs.pop(0)                   # the column sums
     za = zs.pop(0) if a_zp else 0
     zb = zs.pop(0) if b_zp else 0
     za = np.asarray(za, np.int64)
@@ -143,11 +176,11 @@ def _mmi_ref(a, b, *zs, a_zp, b_zp):
     return d.astype(np.int32)           # modulo 2**32, as the int32 sums wrap
 
 
-def _mmi_shape(a, b, *zs, a_zp, b_zp):
-    return (a[0], b[1])
+def _mmi_shape(a, b, *zs, a_zp, b_zp, packed=None):
+    return (a[0], b[1] if packed is None else packed[1])
 
 
-def _mmi_te(ts, shapes, out, a_zp, b_zp):
+def _mmi_te(ts, shapes, out, a_zp, b_zp, packed=None):
     """The kernel's stages (see the module): Ap (A' padded with zeros to whole 4 x 4
     blocks of rows and k, where A is signed or does not fill them), Bp (B' packed [N/16,
     K/4, 16, 4], zeros past the edges), D (the sums of products; over the padded sizes
@@ -155,11 +188,15 @@ def _mmi_te(ts, shapes, out, a_zp, b_zp):
     the instruction), rowa / colb (the operands' sums, where the correction needs them)
     and out (D corrected, or its first m x n)."""
     A, B, *zs = ts
+    colb = zs.pop(0) if packed is not None and (a_zp or A.dtype.name == "int8") else None
     za = zs.pop(0) if a_zp else None
     zb = zs.pop(0) if b_zp else None
-    (m, k), n = shapes[0], shapes[1][1]
     sa = 128 if A.dtype.name == "int8" else 0          # A' = A + sa: unsigned
-    sb = 128 if B.dtype.name == "uint8" else 0         # B' = B - sb: signed
+    if packed is None:
+        (m, k), n = shapes[0], shapes[1][1]
+        sb = 128 if B.dtype.name == "uint8" else 0     # B' = B - sb: signed
+    else:
+        m, (k, n, sb) = shapes[0][0], packed
     nb, kb = -(-n // LANES), -(-k // DEPTH)
     aligned = m % ROWS == 0 and n % LANES == 0 and k % DEPTH == 0
     mp, np_, kp = (m, n, k) if aligned else (-(-m // ROWS) * ROWS, nb * LANES, kb * DEPTH)
@@ -175,9 +212,10 @@ def _mmi_te(ts, shapes, out, a_zp, b_zp):
     def b_signed(r, j):
         v = B[r, j]
         return (v.astype("int32") - sb).astype("int8") if sb else v
-    Bp = tl.compute((nb, kb, LANES, DEPTH), lambda jo, ko, ji, ki: if_then_else(
-        all_(ko * DEPTH + ki < k, jo * LANES + ji < n), b_signed(ko * DEPTH + ki, jo * LANES + ji),
-        tl.const(0, "int8")), name="Bp")
+    Bp = B if packed is not None else tl.compute(
+        (nb, kb, LANES, DEPTH), lambda jo, ko, ji, ki: if_then_else(
+            all_(ko * DEPTH + ki < k, jo * LANES + ji < n),
+            b_signed(ko * DEPTH + ki, jo * LANES + ji), tl.const(0, "int8")), name="Bp")
     r = tl.reduce_axis((0, kp), name="k")
     D = tl.compute((mp, np_), lambda i, j: tl.sum(
         A[i, r].astype("int32") * Bp[j // LANES, r // DEPTH, j % LANES, r % DEPTH].astype("int32"),
@@ -198,9 +236,10 @@ def _mmi_te(ts, shapes, out, a_zp, b_zp):
         rowa = tl.compute((m,), lambda i: tl.sum(A[i, ra].astype("int32"), axis=ra), name="rowa")
         terms.append(lambda i, j: zbe(j) * rowa[i])
     if zae(0) is not None:
-        rb = tl.reduce_axis((0, k), name="kb")
-        colb = tl.compute((n,), lambda j: tl.sum(b_signed(rb, j).astype("int32"), axis=rb),
-                          name="colb")
+        if colb is None:
+            rb = tl.reduce_axis((0, k), name="kb")
+            colb = tl.compute((n,), lambda j: tl.sum(b_signed(rb, j).astype("int32"),
+                                                     axis=rb), name="colb")
         terms.append(lambda i, j: zae(i) * colb[j])
 
     def body(i, j):
@@ -223,19 +262,31 @@ def schedule_matmul_integer(s: tl.Schedule, out: tl.Tensor, target: tl.Target) -
     correction of D of the same size reads each tile from L1 (D computed at its tiles), one
     of padded sizes runs after D, vectorized."""
     stages = {st.op.name: st.op.output for st in s.stages}
-    D, Bp = stages["D"], stages["Bp"]
+    D = stages["D"]
+    Bp = next(t for t in D.op.input_tensors if len(t.shape) == 4)   # a stage, or packed
     m = int(D.shape[0].value)
     i, j = D.op.axis
     (r,) = D.op.reduce_axis
     st = s[D]
     at_tiles = out is not D and [int(x.value) for x in D.shape] == \
         [int(x.value) for x in out.shape]
+    # B's panels (64 columns, all of k) in blocks that fit half the L2, outermost: the row
+    # tiles read a block from L2 and A streams once per block. With the row tiles
+    # outermost, each would read all of B from the L3 (a 768 x 3072 B at 128 rows: 32
+    # reads of 2.4 MB).
+    kp = int(Bp.shape[1].value) * DEPTH
+    per_block = max(1, target.cache_bytes[1] // 2 // (kp * LANES * VECS))
+    blocked = int(Bp.shape[0].value) > per_block * VECS
     if at_tiles:
         # D in tiles computed at the output's tiles: the correction reads each tile from L1
         oi, oj = out.op.axis
         oio, oii = s[out].split(oi, factor=ROWS)
         ojo, oji = s[out].split(oj, factor=LANES * VECS)
-        s[out].reorder(oio, ojo, oii, oji)
+        if blocked:
+            ojb, ojo = s[out].split(ojo, factor=per_block)
+            s[out].reorder(ojb, oio, ojo, oii, oji)
+        else:
+            s[out].reorder(oio, ojo, oii, oji)
         s[out].vectorize(s[out].split(oji, factor=LANES)[1])
         if m > ROWS:
             s[out].parallel(oio)
@@ -249,13 +300,18 @@ def schedule_matmul_integer(s: tl.Schedule, out: tl.Tensor, target: tl.Target) -
         jo, ji = st.split(j, factor=LANES * VECS)
         jm, ji = st.split(ji, factor=LANES)
         ko, ki = st.split(r, factor=DEPTH)
-        st.reorder(io, jo, ko, ii, jm, ji, ki)
+        if blocked:
+            jb, jo = st.split(jo, factor=per_block)
+            st.reorder(jb, io, jo, ko, ii, jm, ji, ki)
+        else:
+            st.reorder(io, jo, ko, ii, jm, ji, ki)
         if m > ROWS:
             st.parallel(io)
-        rows, outer = ii, (io, jo, ko)
+        rows, outer = ii, ((jb,) if blocked else ()) + (io, jo, ko)
     st.unroll(rows)
     st.unroll(jm)
-    s[Bp].parallel(Bp.op.axis[0])
+    if "Bp" in stages:
+        s[Bp].parallel(Bp.op.axis[0])
     if target.has_feature("avx512vnni"):
         from ..intrin import x86
         st.tensorize(ji, x86.vnni_u8s8_i32)

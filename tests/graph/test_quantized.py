@@ -118,13 +118,14 @@ def _zero_points(rng, kind, ad, bd, m, n):
     return _q(rng, (m,), ad), _q(rng, (n,), bd)         # per row of A, per column of B
 
 
-def _check(m, k, n, ad, bd, zps, target, rng):
+def _check(m, k, n, ad, bd, zps, target, rng, constant_b=False):
     a, b = _q(rng, (m, k), ad), _q(rng, (k, n), bd)
     za, zb = _zero_points(rng, zps, ad, bd, m, n)
-    A, B = G.Variable("a", a.shape, ad), G.Variable("b", b.shape, bd)
+    A = G.Variable("a", a.shape, ad)
+    B = G.constant(b) if constant_b else G.Variable("b", b.shape, bd)
     C = G.matmul_integer(A, B, za, zb)
     assert C.dtype == "int32"
-    _, (got,) = _run([C], {A: a, B: b}, target)
+    _, (got,) = _run([C], {A: a} if constant_b else {A: a, B: b}, target)
     np.testing.assert_array_equal(got, _ref(a, b, 0 if za is None else za,
                                             0 if zb is None else zb))
 
@@ -143,6 +144,24 @@ def test_matmul_integer_matches_numpy(m, k, n, ad, bd, zps, rng):
 @pytest.mark.parametrize("m,k,n,ad,bd,zps", CASES[::5])
 def test_matmul_integer_matches_numpy_built_for_baseline_x86_64(m, k, n, ad, bd, zps, rng):
     _check(m, k, n, ad, bd, zps, "llvm -mcpu=x86-64", rng)
+
+
+@pytest.mark.parametrize("m,k,n,ad,bd,zps", CASES[1::3])
+def test_matmul_integer_of_constant_weights_packed_once(m, k, n, ad, bd, zps, rng):
+    _check(m, k, n, ad, bd, zps, "llvm", rng, constant_b=True)
+
+
+def test_constant_weights_are_packed_at_graph_construction(rng):
+    from tensorlang.graph.quantized import _unpacked, pack_b
+
+    for bd, shift in (("int8", 0), ("uint8", 128)):
+        b = _q(rng, (37, 21), bd)
+        np.testing.assert_array_equal(_unpacked(pack_b(b), (37, 21, shift)), b)
+    A = G.Variable("a", (5, 37), "int8")
+    C = G.matmul_integer(A, G.constant(_q(rng, (37, 21), "uint8"), name="w"))
+    names = [i.name for i in C.inputs]
+    assert names[1:] == ["w_packed", "w_colsums"]      # int8 A: the column sums correct it
+    assert C.inputs[1].shape == (2, 10, 16, 4) and C.inputs[1].dtype == "int8"
 
 
 @pytest.mark.slow
