@@ -248,6 +248,20 @@ class ArithCodegen:
         if src.is_int:  # -> float
             return b.uitofp(v, t) if src.is_unsigned else b.sitofp(v, t)
         # float -> int saturates (NaN -> 0) instead of producing poison
+        if dst.bits < 32:
+            # the same saturation as compares and a plain conversion: NaN to 0, the value
+            # clamped to the type's range (exact in float), then converted (x86 expands a
+            # vector of saturating conversions to one lane at a time, with branches)
+            lo, hi = (0, (1 << dst.bits) - 1) if dst.is_unsigned else \
+                (-(1 << (dst.bits - 1)), (1 << (dst.bits - 1)) - 1)
+            x = b.select(b.fcmp_unordered("uno", v, v), ir.Constant(v.type, 0.0), v)
+            x = b.select(b.fcmp_ordered("<", x, ir.Constant(v.type, float(lo))),
+                         ir.Constant(v.type, float(lo)), x)
+            x = b.select(b.fcmp_ordered(">", x, ir.Constant(v.type, float(hi))),
+                         ir.Constant(v.type, float(hi)), x)
+            i32 = ir.IntType(32)
+            wt = ir.VectorType(i32, t.count) if isinstance(t, ir.VectorType) else i32
+            return b.trunc(b.fptosi(x, wt), t)
         name = "fptoui" if dst.is_unsigned else "fptosi"
         f = self._declare(f"llvm.{name}.sat.{type_suffix(t)}.{type_suffix(v.type)}", t,
                           [v.type])
