@@ -1,7 +1,9 @@
 """int8 and bfloat16 matmuls on the CPU's dot-product instructions (tutorial 12's kernels,
 `tensorlang.schedule.dot_products`) beside onnxruntime's MatMulInteger (MLAS, VNNI where the
 CPU has it) and tensorlang's float32 matmul; an int8 ResNet 3x3 conv (64 -> 64 channels at
-56x56) on VNNI beside onnxruntime's ConvInteger and QLinearConv. In one process, the
+56x56) on VNNI beside onnxruntime's ConvInteger and QLinearConv; the graph executor's
+`G.matmul_integer`; a transformer's feed-forward block quantized by onnxruntime's
+`quantize_dynamic`, run by `tensorlang.onnx` and by onnxruntime. In one process, the
 systems taken in turn each round.
 
     python benchmarks/tensorize.py [--n 1024] [--rounds 5] [--calls 40]

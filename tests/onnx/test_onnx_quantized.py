@@ -40,7 +40,7 @@ def _mlp(rng, d_in, d_hidden, d_out):
     return oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
 
 
-@pytest.mark.parametrize("weights", ["QInt8", "QUInt8"])
+@pytest.mark.parametrize("weights", ["QInt8", pytest.param("QUInt8", marks=pytest.mark.slow)])
 def test_a_dynamically_quantized_mlp_matches_onnxruntime(weights, rng, tmp_path):
     src, dst = tmp_path / "mlp.onnx", tmp_path / "mlp_q.onnx"
     onnx.save(_mlp(rng, 96, 200, 37), src)
@@ -77,8 +77,12 @@ def _qlinear_matmul_model(a_dt, b_dt, m, k, n, rng):
     return oh.make_model(g, opset_imports=[oh.make_opsetid("", 13)])
 
 
-@pytest.mark.parametrize("a_dt,b_dt", [("uint8", "int8"), ("uint8", "uint8"), ("int8", "int8")])
-@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (7, 33, 19), (64, 128, 48)])
+QMM = [(a, b, *size) for a, b in (("uint8", "int8"), ("uint8", "uint8"), ("int8", "int8"))
+       for size in ((1, 1, 1), (7, 33, 19), (64, 128, 48))]
+
+
+@pytest.mark.parametrize("a_dt,b_dt,m,k,n", [
+    c if i % 3 == 1 else pytest.param(*c, marks=pytest.mark.slow) for i, c in enumerate(QMM)])
 def test_qlinear_matmul_matches_onnxruntime(a_dt, b_dt, m, k, n, rng):
     model = _qlinear_matmul_model(a_dt, b_dt, m, k, n, rng)
     x = rng.standard_normal((m, k)).astype("f4") * 3
