@@ -2,8 +2,8 @@
 `tensorlang.schedule.dot_products`) beside onnxruntime's MatMulInteger (MLAS, VNNI where the
 CPU has it) and tensorlang's float32 matmul; an int8 ResNet 3x3 conv (64 -> 64 channels at
 56x56) on VNNI beside onnxruntime's ConvInteger and QLinearConv; the graph executor's
-`G.matmul_integer`; a transformer's feed-forward block quantized by onnxruntime's
-`quantize_dynamic`, run by `tensorlang.onnx` and by onnxruntime. In one process, the
+`G.matmul_integer` and `G.conv_integer`; a transformer's feed-forward block quantized by
+onnxruntime's `quantize_dynamic`, run by `tensorlang.onnx` and by onnxruntime. In one process, the
 systems taken in turn each round.
 
     python benchmarks/tensorize.py [--n 1024] [--rounds 5] [--calls 40]
@@ -189,6 +189,11 @@ def main(argv=None):
         cf_(x8, w8, y8)
         np.testing.assert_array_equal(y8, want)
         convs["tensorlang int8 conv (VNNI)"] = lambda: cf_(x8, w8, y8)
+    gx = G.Variable("gx", x8.shape, "uint8")
+    gex = G.Executor([G.conv_integer(gx, G.constant(w8), pads=(1, 1, 1, 1))])
+    (gy,) = gex.run({gx: x8})
+    np.testing.assert_array_equal(gy, want)
+    convs["tensorlang G.conv_integer"] = lambda: gex.run({gx: x8}, out=[y8])
     try:
         ci_ = _ort_conv(x8, w8, threads, False)
         np.testing.assert_array_equal(ci_()[0], want)
@@ -200,6 +205,7 @@ def main(argv=None):
     _table(f"int8 conv2d 3x3 {nb}x{c}x{h}x{h} -> {k}, pad 1", crounds)
     _ratio(crounds, "tensorlang int8 conv (VNNI)", "onnxruntime ConvInteger")
     _ratio(crounds, "tensorlang int8 conv (VNNI)", "onnxruntime QLinearConv")
+    _ratio(crounds, "tensorlang G.conv_integer", "onnxruntime QLinearConv")
     _quantized_ffn(rng, threads, args)
 
 

@@ -17,7 +17,7 @@ from .api import (  # noqa: F401
 from . import model_ops, nnops, ops  # noqa: F401  (register the ops: registry.OPS)
 from .model_ops import cast  # noqa: F401
 from .quantized import (  # noqa: F401
-    dequantize_linear, matmul_integer, quantize_linear, round,
+    conv_integer, dequantize_linear, matmul_integer, quantize_linear, round,
 )
 from .autodiff import gradients, jvp  # noqa: F401
 from ..backends.array_cache import (  # noqa: F401

@@ -17,7 +17,7 @@ from ..schedule.recipes import (accumulate_channels, accumulate_in_registers, co
                                 names, tile_columns, vector_sum, vector_tile,
                                 vectors_inside_reduction)
 from ..target import MAX_TILE_ROWS
-from .quantized import schedule_matmul_integer
+from .quantized import schedule_conv_integer, schedule_matmul_integer
 from ..te.reduce import MINMAX_COMBINERS
 
 
@@ -145,6 +145,9 @@ def default_schedule(out: tl.Tensor, kind: str, work: int, fresh=None,
             return s
         elif kind == "matmul_integer":
             schedule_matmul_integer(s, out, target or _host())
+            return s
+        elif kind == "conv_integer":
+            schedule_conv_integer(s, out, target or _host())
             return s
         elif kind == "conv2d":
             _block_conv(s, anchor if anchor is not None else out, out, big)

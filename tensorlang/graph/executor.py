@@ -399,7 +399,8 @@ def schedule_group_for_cache(members: tuple, shapes: tuple, dtypes: tuple,
 
 
 SCHEDULES = ("default", "model", "auto", "hand")
-HAND_ONLY = frozenset({"matmul_integer"})   # ops whose kernels keep the hand schedule
+# ops whose kernels keep the hand schedule (the search does not place instructions)
+HAND_ONLY = frozenset({"matmul_integer", "conv_integer"})
 MODEL_BUDGET_S = 30.0    # seconds at most of the model-only search per kernel (a cap: the
                          # search is a fixed number of candidates, well under it)
 MODEL_MIN_WORK = 1 << 20     # multiply-adds below which a kernel keeps its hand schedule

@@ -335,3 +335,178 @@ def schedule_matmul_integer(s: tl.Schedule, out: tl.Tensor, target: tl.Target) -
         s[cb].reorder(cjo, cb.op.reduce_axis[0], cv, cl)
         s[cb].vectorize(cl)
         s[cb].parallel(cjo)
+
+
+# ---------------------------------------------------------------- conv_integer
+CONV_COLS = range(14, 6, -1)    # output columns of a register tile: 14 .. 7 (int32 x 16)
+
+
+def _conv_cols(ow: int) -> int:
+    """The tile's columns: the width that wastes the fewest padded columns, the widest of
+    those (14 for ResNet's 56, 28, 14; 7 for 7)."""
+    return min(CONV_COLS, key=lambda c: (-(-ow // c) * c - ow, -c))
+
+
+def pack_conv_weights(w: np.ndarray) -> np.ndarray:
+    """OIHW int8 weights as [K/16, C/4, kh, kw, 16, 4] (zeros past K and C): the blocks
+    `vpdpbusd` reads, 16 output channels of 4 input channels each."""
+    k, c, kh, kw = w.shape
+    kp, cp = -(-k // LANES) * LANES, -(-c // DEPTH) * DEPTH
+    full = np.zeros((kp, cp, kh, kw), np.int8)
+    full[:k, :c] = w
+    return np.ascontiguousarray(full.reshape(kp // LANES, LANES, cp // DEPTH, DEPTH, kh, kw)
+                                .transpose(0, 2, 4, 5, 1, 3))
+
+
+def conv_integer(x, w, x_zero_point=None, w_zero_point=None, strides=(1, 1),
+                 pads=(0, 0, 0, 0), dilations=(1, 1), groups: int = 1):
+    """ONNX's ConvInteger: the 2-D convolution of `x - x_zero_point` (NCHW, uint8 or int8)
+    with `w - w_zero_point` (OIHW, int8 or uint8) in int32, `pads` = (top, left, bottom,
+    right); the padding is zero after the zero point is taken off.
+
+    On AVX512-VNNI (the common case of a quantized CNN: stride 1, no dilation, one group,
+    int8 weights known when the graph is built, no weight zero point) it runs channel
+    blocked on `vpdpbusd`: x as [n, C/4, H', W', 4] padded with its zero point, the weights
+    packed once, register tiles of up to 14 columns x 16 output channels. Other cases
+    run as the int32 convolution of the centred operands (TL_DEBUG=1 says which)."""
+    from .model_ops import conv as general_conv
+
+    x, w = api._as_node(x, None), api._as_node(w, None)
+    for name, v in (("x", x), ("w", w)):
+        if v.dtype not in _QTYPES:
+            raise GraphError(f"conv_integer: {name} must be uint8 or int8, got {v.dtype}")
+        if v.shape is None or len(v.shape) != 4:
+            raise GraphError(f"conv_integer: {name} must be 4-D (NCHW / OIHW), got {v.shape}")
+    strides, dilations = tuple(int(s) for s in strides), tuple(int(d) for d in dilations)
+    pads, groups = tuple(int(p) for p in pads), int(groups)
+    fast = (strides == (1, 1) and dilations == (1, 1) and groups == 1 and w.op == "constant"
+            and w.dtype == "int8" and _zero(w_zero_point) and x.shape[1] == w.shape[1]
+            and (x_zero_point is None or not isinstance(x_zero_point, Node)
+                 or x_zero_point.op == "constant"))
+    if not fast:
+        debug_print(1, f"conv_integer {x.shape} * {w.shape}: the int32 convolution of the "
+                       "centred operands (the VNNI kernel takes stride 1, no dilation, one "
+                       "group, constant int8 weights and no weight zero point)")
+
+        def centred(v, z, per_channel):
+            c = cast(v, "int32")
+            if _zero(z):
+                return c
+            z = z if isinstance(z, Node) else api.constant(np.asarray(z, np.int32))
+            z = cast(z, "int32")
+            if per_channel and z.shape is not None and len(z.shape) == 1 and z.shape[0] > 1:
+                z = api.reshape(z, (-1, 1, 1, 1))
+            elif z.shape:
+                z = api.reshape(z, ())
+            return c - z
+        return general_conv(centred(x, x_zero_point, False), centred(w, w_zero_point, True),
+                            strides, pads, dilations, groups)
+    zx = 0 if x_zero_point is None else int(np.asarray(
+        x_zero_point.attr("value").array if isinstance(x_zero_point, Node)
+        else x_zero_point).reshape(-1)[0])
+    wv = w.attr("value").array
+    shift = 128 if x.dtype == "int8" else 0             # x' = x + 128: unsigned
+    zxe = zx + shift
+    wsum = wv.astype(np.int64).sum(axis=(1, 2, 3)).astype(np.int32) * np.int32(zxe)
+    ins = (x, api.constant(pack_conv_weights(wv), name=f"{w.name}_packed"))
+    if zxe:
+        ins += (api.constant(wsum, name=f"{w.name}_zero_point_sums"),)
+    node = api.make("conv_integer", ins, kernel=tuple(wv.shape), pads=pads, zero_point=zxe,
+                    shift=shift)
+    return _retyped(node, "int32")
+
+
+def _ci_geometry(x, kernel, pads):
+    n, c, h, wd = x
+    k, _, kh, kw = kernel
+    oh, ow = h + pads[0] + pads[2] - kh + 1, wd + pads[1] + pads[3] - kw + 1
+    if oh < 1 or ow < 1:
+        raise ValueError(f"a {kh}x{kw} window does not fit in {h}x{wd} padded by {pads}")
+    return n, k, oh, ow
+
+
+def _ci_ref(x, wp, *rest, kernel, pads, zero_point, shift):
+    k, c, kh, kw = kernel
+    w = wp.transpose(0, 4, 1, 5, 2, 3).reshape(wp.shape[0] * LANES, wp.shape[1] * DEPTH,
+                                               kh, kw)[:k, :c].astype(np.int64)
+    xs = x.astype(np.int64) + shift - zero_point
+    xp = np.pad(xs, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    win = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(2, 3))
+    return np.einsum("ncijpq,ocpq->noij", win, w).astype(np.int32)
+
+
+def _ci_shape(x, wp, *rest, kernel, pads, zero_point, shift):
+    return _ci_geometry(x, kernel, pads)
+
+
+def _ci_te(ts, shapes, out, kernel, pads, zero_point, shift):
+    """Xp (x' padded with its zero point, channels in blocks of 4, columns past the output's
+    to a whole number of tiles), Yp (the sums, [n, K/16, OH, OW', 16]) and out (NCHW, the
+    zero point's sums taken off)."""
+    x, wp = ts[0], ts[1]
+    wsum = ts[2] if zero_point else None
+    n, c, h, wd = shapes[0]
+    k, _, kh, kw = kernel
+    _, _, oh, ow = _ci_geometry(shapes[0], kernel, pads)
+    cols = _conv_cols(ow)
+    owp = -(-ow // cols) * cols
+    cb_, kb_ = int(shapes[1][1]), int(shapes[1][0])
+
+    def x_unsigned(b, ch, y, xx):
+        v = x[b, ch, y, xx]
+        return (v.astype("int32") + shift).astype("uint8") if shift else v
+    Xp = tl.compute((n, cb_, oh + kh - 1, owp + kw - 1, DEPTH), lambda b, cb, y, xx, ci:
+                    if_then_else(
+                        all_(cb * DEPTH + ci < c, y >= pads[0], y < pads[0] + h,
+                             xx >= pads[1], xx < pads[1] + wd),
+                        x_unsigned(b, cb * DEPTH + ci, y - pads[0], xx - pads[1]),
+                        if_then_else(cb * DEPTH + ci < c, tl.const(zero_point, "uint8"),
+                                     tl.const(0, "uint8"))), name="Xp")
+    rc = [tl.reduce_axis((0, e), name=nm)
+          for e, nm in ((cb_, "cb"), (kh, "ry"), (kw, "rx"), (DEPTH, "ci"))]
+    Yp = tl.compute((n, kb_, oh, owp, LANES), lambda b, kb, y, xx, ki: tl.sum(
+        Xp[b, rc[0], y + rc[1], xx + rc[2], rc[3]].astype("int32")
+        * wp[kb, rc[0], rc[1], rc[2], ki, rc[3]].astype("int32"), axis=rc), name="Yp")
+
+    def body(b, o, y, xx):
+        v = Yp[b, o // LANES, y, xx, o % LANES]
+        return v - wsum[o] if wsum is not None else v
+    return tl.compute((n, k, oh, ow), body, name="out"), "conv_integer"
+
+
+register_op("conv_integer", _ci_ref, _ci_shape, _no_grad("conv_integer"),
+            _no_jvp("conv_integer"), _ci_te)
+
+
+def schedule_conv_integer(s: tl.Schedule, out: tl.Tensor, target: tl.Target) -> None:
+    """The channel-blocked conv's schedule: each row of tiles (cols columns x 16 output
+    channels of int32 sums) in a local tile kept in registers, its 16 x 4 blocks on
+    `vpdpbusd` where `target` has AVX512-VNNI (else the 16 channels vectorized); the rows
+    of each block of channels in parallel."""
+    stages = {st.op.name: st.op.output for st in s.stages}
+    Yp, Xp = stages["Yp"], stages["Xp"]
+    cols = _conv_cols(int(out.shape[3].value))
+    L = s.cache_write(Yp, "local")
+    b, kb, y, x, ki = s[Yp].op.axis
+    xo, xi = s[Yp].split(x, factor=cols)
+    s[Yp].reorder(b, kb, y, xo, xi, ki)
+    s[Yp].parallel(s[Yp].fuse(kb, y))
+    s[Yp].vectorize(ki)
+    s[L].compute_at(s[Yp], xo)
+    lb, lkb, ly, lx, lki = s[L].op.axis
+    lcb, lry, lrx, lci = s[L].op.reduce_axis
+    s[L].reorder(lb, lkb, ly, lcb, lry, lrx, lx, lki, lci)
+    s[L].unroll(lx)
+    if target.has_feature("avx512vnni"):
+        from ..intrin import x86
+        s[L].tensorize(lki, x86.vnni_u8s8_i32)
+    else:
+        debug_print(1, f"conv_integer {tuple(int(v.value) for v in out.shape)}: the target "
+                       "has no AVX512-VNNI; the channel-blocked nest runs with its 16 "
+                       "channels vectorized")
+        s[L].reorder(lb, lkb, ly, lcb, lry, lrx, lx, lci, lki)
+        s[L].vectorize(lki)
+    a = Xp.op.axis
+    s[Xp].parallel(s[Xp].fuse(a[1], a[2]))
+    o = out.op.axis
+    s[out].parallel(s[out].fuse(o[1], o[2]))

@@ -884,38 +884,21 @@ def _dynamic_quantize(ctx, n, ins, a):
     return [M.cast(y, "uint8"), scale, M.cast(zp, "uint8")]
 
 
-def _centred(v, z, what: str, per_channel_axis: int | None = None):
-    """A quantized tensor minus its zero point, in int32 (a 1-D zero point: one per slice of
-    axis `per_channel_axis`)."""
-    v = _q_operand(v, what)
-    c = M.cast(v, "int32")
-    if z is None:
-        return c
-    z = np.asarray(z, np.int32) if isinstance(z, np.ndarray) else M.cast(_node(z), "int32")
-    zs = _shape(z)
-    if len(zs) == 1 and zs[0] > 1:
-        if per_channel_axis is None:
-            raise NotImplementedError(f"{what}: a zero point per channel is not supported here")
-        shape = [1] * len(_shape(v))
-        shape[per_channel_axis] = zs[0]
-        z = z.reshape(shape) if isinstance(z, np.ndarray) else G.reshape(z, tuple(shape))
-    elif len(zs):
-        z = z.reshape(()) if isinstance(z, np.ndarray) else G.reshape(z, ())
-    return c - z
-
-
 def _integer_conv(ctx, n, x, w, zx, zw, a, what: str):
-    """The convolution of the zero-point-centred operands in int32 (the general conv, not
-    a dot-product instruction: TL_DEBUG=1 says so)."""
+    """`G.conv_integer` of the operands (VNNI's channel-blocked kernel for a stride-1,
+    one-group conv of constant int8 weights; else the int32 conv of the centred operands)."""
     xs, ws = _shape(x, f"{what}'s input"), _shape(w, f"{what}'s weights")
     if len(ws) != 4:
         raise NotImplementedError(f"{what} over {len(ws) - 2} spatial dimensions (2 supported)")
-    debug_print(1, f"{what} {xs} * {ws}: the int32 convolution of the centred operands "
-                   "runs (no dot-product instruction kernel for convolutions in graphs yet)")
     strides, pads, dil = _conv_params(ctx, n, a, xs, ws[2:])
-    xc = _centred(x, zx, f"{what}'s x")
-    wc = _centred(w, zw, f"{what}'s w", per_channel_axis=0)
-    return M.conv(xc, wc, strides, pads, dil, int(a.get("group", 1)))
+    xq, wq = _q_operand(x, f"{what}'s x"), _q_operand(w, f"{what}'s w")
+    if zx is not None and _shape(zx, f"{what}'s x_zero_point") not in ((), (1,)):
+        raise NotImplementedError(f"{what}: a per-channel x_zero_point (a scalar is supported)")
+    zx = None if zx is None else (np.asarray(zx).reshape(()) if isinstance(zx, np.ndarray)
+                                  else G.reshape(_q_operand(zx, "x_zero_point"), ()))
+    if zw is not None and not isinstance(zw, np.ndarray):
+        zw = _q_operand(zw, f"{what}'s w_zero_point")
+    return G.conv_integer(xq, wq, zx, zw, strides, pads, dil, int(a.get("group", 1)))
 
 
 @converter("ConvInteger")

@@ -242,3 +242,75 @@ def test_matmul_integer_refusals_name_the_argument(bad, match):
     A, B = G.Variable("a", (3, 4), "uint8"), G.Variable("b", (4, 4), "int8")
     with pytest.raises((G.GraphError, NotImplementedError), match=match):
         bad(A, B)
+
+
+# ------------------------------------------------------------------- conv_integer
+def _conv_ref(x, w, zx=0, zw=0, pads=(0, 0, 0, 0), stride=1, groups=1):
+    xs = x.astype(np.int64) - zx
+    ws = w.astype(np.int64) - np.asarray(zw, np.int64).reshape(-1, 1, 1, 1)
+    xp = np.pad(xs, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    kh, kw = w.shape[2:]
+    win = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(2, 3))
+    win = win[:, :, ::stride, ::stride]
+    cg, kg = x.shape[1] // groups, w.shape[0] // groups
+    return np.concatenate([np.einsum("ncijpq,ocpq->noij", win[:, g * cg:(g + 1) * cg],
+                                     ws[g * kg:(g + 1) * kg]) for g in range(groups)],
+                          axis=1).astype(np.int32)
+
+
+CONVS = [  # n, c, h, w, k, kh, kw, pads, x dtype, x zero point
+    (1, 4, 5, 5, 16, 3, 3, (1, 1, 1, 1), "uint8", 0),
+    (2, 3, 7, 9, 5, 3, 3, (1, 1, 1, 1), "uint8", 7),
+    (1, 8, 11, 13, 20, 1, 1, (0, 0, 0, 0), "int8", -3),
+    (1, 16, 10, 10, 32, 3, 3, (0, 1, 2, 1), "uint8", 100),
+    (1, 5, 1, 1, 17, 1, 1, (0, 0, 0, 0), "int8", 0),
+    (1, 32, 17, 17, 48, 3, 3, (1, 1, 1, 1), "uint8", 128)]
+
+
+@pytest.mark.parametrize("n,c,h,w,k,kh,kw,pads,xd,zx", CONVS)
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=x86-64"])
+def test_conv_integer_matches_numpy(n, c, h, w, k, kh, kw, pads, xd, zx, target, rng):
+    if target != "llvm" and (c, k) not in ((3, 5), (16, 32)):
+        pytest.skip("the baseline build runs a sample")
+    x, wv = _q(rng, (n, c, h, w), xd), _q(rng, (k, c, kh, kw), "int8")
+    X = G.Variable("x", x.shape, xd)
+    Y = G.conv_integer(X, G.constant(wv), np.array(zx, xd) if zx else None, pads=pads)
+    assert Y.op == "conv_integer" and Y.dtype == "int32"
+    _, (got,) = _run([Y], {X: x}, target)
+    np.testing.assert_array_equal(got, _conv_ref(x, wv, zx, pads=pads))
+
+
+@pytest.mark.skipif(not VNNI, reason=f"the host ({HOST.cpu}) has no AVX512-VNNI")
+def test_conv_integer_runs_on_vnni(rng):
+    x, wv = _q(rng, (1, 16, 14, 14), "uint8"), _q(rng, (32, 16, 3, 3), "int8")
+    X = G.Variable("x", x.shape, "uint8")
+    ex, (got,) = _run([G.conv_integer(X, G.constant(wv), np.uint8(5), pads=(1, 1, 1, 1))],
+                      {X: x})
+    np.testing.assert_array_equal(got, _conv_ref(x, wv, 5, pads=(1, 1, 1, 1)))
+    assert "vpdpbusd" in ex.kernels[-1].module.get_source("asm")
+
+
+@pytest.mark.parametrize("case", ["stride", "groups", "weight zero point", "variable weights",
+                                  "uint8 weights"])
+def test_conv_integer_other_forms_run_as_the_int32_conv(case, rng, monkeypatch, capsys):
+    monkeypatch.setenv("TL_DEBUG", "1")
+    x, wv = _q(rng, (1, 4, 9, 9), "uint8"), _q(rng, (6, 4, 3, 3), "int8")
+    zw, stride, groups = None, 1, 1
+    if case == "stride":
+        stride = 2
+    elif case == "groups":
+        groups, wv = 2, wv[:, :2].copy()
+    elif case == "weight zero point":
+        zw = _q(rng, (6,), "int8")
+    elif case == "uint8 weights":
+        wv = _q(rng, (6, 4, 3, 3), "uint8")
+    X = G.Variable("x", x.shape, "uint8")
+    W = G.Variable("w", wv.shape, str(wv.dtype)) if case == "variable weights" else \
+        G.constant(wv)
+    Y = G.conv_integer(X, W, np.uint8(9), zw, strides=(stride, stride), pads=(1, 1, 1, 1),
+                       groups=groups)
+    assert Y.op != "conv_integer"
+    _, (got,) = _run([Y], {X: x, W: wv} if case == "variable weights" else {X: x})
+    np.testing.assert_array_equal(got, _conv_ref(x, wv, 9, 0 if zw is None else zw,
+                                                 (1, 1, 1, 1), stride, groups))
+    assert "the int32 convolution of the centred operands" in capsys.readouterr().err
