@@ -364,7 +364,7 @@ def conv_integer(x, w, x_zero_point=None, w_zero_point=None, strides=(1, 1),
     with `w - w_zero_point` (OIHW, int8 or uint8) in int32, `pads` = (top, left, bottom,
     right); the padding is zero after the zero point is taken off.
 
-    On AVX512-VNNI (the common case of a quantized CNN: stride 1, no dilation, one group,
+    On AVX512-VNNI (the common case of a quantized CNN: no dilation, one group,
     int8 weights known when the graph is built, no weight zero point) it runs channel
     blocked on `vpdpbusd`: x as [n, C/4, H', W', 4] padded with its zero point, the weights
     packed once, register tiles of up to 14 columns x 16 output channels. Other cases
@@ -379,14 +379,14 @@ def conv_integer(x, w, x_zero_point=None, w_zero_point=None, strides=(1, 1),
             raise GraphError(f"conv_integer: {name} must be 4-D (NCHW / OIHW), got {v.shape}")
     strides, dilations = tuple(int(s) for s in strides), tuple(int(d) for d in dilations)
     pads, groups = tuple(int(p) for p in pads), int(groups)
-    fast = (strides == (1, 1) and dilations == (1, 1) and groups == 1 and w.op == "constant"
+    fast = (dilations == (1, 1) and groups == 1 and w.op == "constant"
             and w.dtype == "int8" and _zero(w_zero_point) and x.shape[1] == w.shape[1]
             and (x_zero_point is None or not isinstance(x_zero_point, Node)
                  or x_zero_point.op == "constant"))
     if not fast:
         debug_print(1, f"conv_integer {x.shape} * {w.shape}: the int32 convolution of the "
-                       "centred operands (the VNNI kernel takes stride 1, no dilation, one "
-                       "group, constant int8 weights and no weight zero point)")
+                       "centred operands (the VNNI kernel takes no dilation, one group, "
+                       "constant int8 weights and no weight zero point)")
 
         def centred(v, z, per_channel):
             c = cast(v, "int32")
@@ -411,35 +411,37 @@ def conv_integer(x, w, x_zero_point=None, w_zero_point=None, strides=(1, 1),
     ins = (x, api.constant(pack_conv_weights(wv), name=f"{w.name}_packed"))
     if zxe:
         ins += (api.constant(wsum, name=f"{w.name}_zero_point_sums"),)
-    node = api.make("conv_integer", ins, kernel=tuple(wv.shape), pads=pads, zero_point=zxe,
-                    shift=shift)
+    node = api.make("conv_integer", ins, kernel=tuple(wv.shape), pads=pads, strides=strides,
+                    zero_point=zxe, shift=shift)
     return _retyped(node, "int32")
 
 
-def _ci_geometry(x, kernel, pads):
+def _ci_geometry(x, kernel, pads, strides=(1, 1)):
     n, c, h, wd = x
     k, _, kh, kw = kernel
-    oh, ow = h + pads[0] + pads[2] - kh + 1, wd + pads[1] + pads[3] - kw + 1
-    if oh < 1 or ow < 1:
+    oh = (h + pads[0] + pads[2] - kh) // strides[0] + 1
+    ow = (wd + pads[1] + pads[3] - kw) // strides[1] + 1
+    if h + pads[0] + pads[2] < kh or wd + pads[1] + pads[3] < kw:
         raise ValueError(f"a {kh}x{kw} window does not fit in {h}x{wd} padded by {pads}")
     return n, k, oh, ow
 
 
-def _ci_ref(x, wp, *rest, kernel, pads, zero_point, shift):
+def _ci_ref(x, wp, *rest, kernel, pads, zero_point, shift, strides=(1, 1)):
     k, c, kh, kw = kernel
     w = wp.transpose(0, 4, 1, 5, 2, 3).reshape(wp.shape[0] * LANES, wp.shape[1] * DEPTH,
                                                kh, kw)[:k, :c].astype(np.int64)
     xs = x.astype(np.int64) + shift - zero_point
     xp = np.pad(xs, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
     win = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(2, 3))
+    win = win[:, :, ::strides[0], ::strides[1]]
     return np.einsum("ncijpq,ocpq->noij", win, w).astype(np.int32)
 
 
-def _ci_shape(x, wp, *rest, kernel, pads, zero_point, shift):
-    return _ci_geometry(x, kernel, pads)
+def _ci_shape(x, wp, *rest, kernel, pads, zero_point, shift, strides=(1, 1)):
+    return _ci_geometry(x, kernel, pads, strides)
 
 
-def _ci_te(ts, shapes, out, kernel, pads, zero_point, shift):
+def _ci_te(ts, shapes, out, kernel, pads, zero_point, shift, strides=(1, 1)):
     """Xp (x' padded with its zero point, channels in blocks of 4, columns past the output's
     to a whole number of tiles), Yp (the sums, [n, K/16, OH, OW', 16]) and out (NCHW, the
     zero point's sums taken off)."""
@@ -447,7 +449,8 @@ def _ci_te(ts, shapes, out, kernel, pads, zero_point, shift):
     wsum = ts[2] if zero_point else None
     n, c, h, wd = shapes[0]
     k, _, kh, kw = kernel
-    _, _, oh, ow = _ci_geometry(shapes[0], kernel, pads)
+    _, _, oh, ow = _ci_geometry(shapes[0], kernel, pads, strides)
+    sh, sw = strides
     cols = _conv_cols(ow)
     owp = -(-ow // cols) * cols
     cb_, kb_ = int(shapes[1][1]), int(shapes[1][0])
@@ -455,7 +458,8 @@ def _ci_te(ts, shapes, out, kernel, pads, zero_point, shift):
     def x_unsigned(b, ch, y, xx):
         v = x[b, ch, y, xx]
         return (v.astype("int32") + shift).astype("uint8") if shift else v
-    Xp = tl.compute((n, cb_, oh + kh - 1, owp + kw - 1, DEPTH), lambda b, cb, y, xx, ci:
+    Xp = tl.compute((n, cb_, (oh - 1) * sh + kh, (owp - 1) * sw + kw, DEPTH),
+                    lambda b, cb, y, xx, ci:
                     if_then_else(
                         all_(cb * DEPTH + ci < c, y >= pads[0], y < pads[0] + h,
                              xx >= pads[1], xx < pads[1] + wd),
@@ -465,7 +469,7 @@ def _ci_te(ts, shapes, out, kernel, pads, zero_point, shift):
     rc = [tl.reduce_axis((0, e), name=nm)
           for e, nm in ((cb_, "cb"), (kh, "ry"), (kw, "rx"), (DEPTH, "ci"))]
     Yp = tl.compute((n, kb_, oh, owp, LANES), lambda b, kb, y, xx, ki: tl.sum(
-        Xp[b, rc[0], y + rc[1], xx + rc[2], rc[3]].astype("int32")
+        Xp[b, rc[0], y * sh + rc[1], xx * sw + rc[2], rc[3]].astype("int32")
         * wp[kb, rc[0], rc[1], rc[2], ki, rc[3]].astype("int32"), axis=rc), name="Yp")
 
     def body(b, o, y, xx):

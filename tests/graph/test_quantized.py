@@ -168,8 +168,8 @@ def test_constant_weights_are_packed_at_graph_construction(rng):
 @pytest.mark.parametrize("m,k,n", SIZES)
 @pytest.mark.parametrize("ad,bd", TYPES)
 @pytest.mark.parametrize("zps", ZPS)
-@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=x86-64"])
-@pytest.mark.parametrize("constant_b", [False, True])
+@pytest.mark.parametrize("target,constant_b", [("llvm", False), ("llvm", True),
+                                               ("llvm -mcpu=x86-64", False)])
 def test_matmul_integer_every_case(m, k, n, ad, bd, zps, target, constant_b, rng):
     _check(m, k, n, ad, bd, zps, target, rng, constant_b)
 
@@ -191,7 +191,8 @@ def test_the_int32_sums_wrap_as_the_instructions_do():
     assert got[0, 0] < 0
 
 
-@settings(max_examples=8, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=12, deadline=None)
 @given(m=st.integers(1, 20), k=st.integers(1, 40), n=st.integers(1, 40),
        types=st.sampled_from(TYPES), seed=st.integers(0, 2**16), zp=st.booleans())
 def test_matmul_integer_property(m, k, n, types, seed, zp):
@@ -258,26 +259,37 @@ def _conv_ref(x, w, zx=0, zw=0, pads=(0, 0, 0, 0), stride=1, groups=1):
                           axis=1).astype(np.int32)
 
 
-CONVS = [  # n, c, h, w, k, kh, kw, pads, x dtype, x zero point
-    (1, 4, 5, 5, 16, 3, 3, (1, 1, 1, 1), "uint8", 0),
-    (2, 3, 7, 9, 5, 3, 3, (1, 1, 1, 1), "uint8", 7),
-    (1, 8, 11, 13, 20, 1, 1, (0, 0, 0, 0), "int8", -3),
-    (1, 16, 10, 10, 32, 3, 3, (0, 1, 2, 1), "uint8", 100),
-    (1, 5, 1, 1, 17, 1, 1, (0, 0, 0, 0), "int8", 0),
-    (1, 32, 17, 17, 48, 3, 3, (1, 1, 1, 1), "uint8", 128)]
+CONVS = [  # n, c, h, w, k, kh, kw, pads, stride, x dtype, x zero point
+    (1, 4, 5, 5, 16, 3, 3, (1, 1, 1, 1), 1, "uint8", 0),
+    (2, 3, 7, 9, 5, 3, 3, (1, 1, 1, 1), 1, "uint8", 7),
+    (1, 8, 11, 13, 20, 1, 1, (0, 0, 0, 0), 1, "int8", -3),
+    (1, 16, 10, 10, 32, 3, 3, (0, 1, 2, 1), 1, "uint8", 100),
+    (1, 5, 1, 1, 17, 1, 1, (0, 0, 0, 0), 1, "int8", 0),
+    (1, 32, 17, 17, 48, 3, 3, (1, 1, 1, 1), 1, "uint8", 128),
+    (1, 3, 23, 21, 64, 3, 3, (0, 0, 0, 0), 2, "uint8", 3),      # SqueezeNet's first
+    (2, 8, 9, 12, 16, 1, 1, (0, 0, 0, 0), 2, "int8", 5),
+    (1, 4, 15, 15, 16, 7, 7, (3, 3, 3, 3), 2, "uint8", 0)]      # ResNet's first
 
 
-@pytest.mark.parametrize("n,c,h,w,k,kh,kw,pads,xd,zx", CONVS)
-@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=x86-64"])
-def test_conv_integer_matches_numpy(n, c, h, w, k, kh, kw, pads, xd, zx, target, rng):
-    if target != "llvm" and (c, k) not in ((3, 5), (16, 32)):
-        pytest.skip("the baseline build runs a sample")
+def _conv_case(n, c, h, w, k, kh, kw, pads, stride, xd, zx, target, rng):
     x, wv = _q(rng, (n, c, h, w), xd), _q(rng, (k, c, kh, kw), "int8")
     X = G.Variable("x", x.shape, xd)
-    Y = G.conv_integer(X, G.constant(wv), np.array(zx, xd) if zx else None, pads=pads)
+    Y = G.conv_integer(X, G.constant(wv), np.array(zx, xd) if zx else None,
+                       strides=(stride, stride), pads=pads)
     assert Y.op == "conv_integer" and Y.dtype == "int32"
     _, (got,) = _run([Y], {X: x}, target)
-    np.testing.assert_array_equal(got, _conv_ref(x, wv, zx, pads=pads))
+    np.testing.assert_array_equal(got, _conv_ref(x, wv, zx, pads=pads, stride=stride))
+
+
+@pytest.mark.parametrize("n,c,h,w,k,kh,kw,pads,stride,xd,zx", CONVS)
+def test_conv_integer_matches_numpy(n, c, h, w, k, kh, kw, pads, stride, xd, zx, rng):
+    _conv_case(n, c, h, w, k, kh, kw, pads, stride, xd, zx, "llvm", rng)
+
+
+@pytest.mark.parametrize("n,c,h,w,k,kh,kw,pads,stride,xd,zx", CONVS[1::3])
+def test_conv_integer_built_for_baseline_x86_64(n, c, h, w, k, kh, kw, pads, stride, xd, zx,
+                                                 rng):
+    _conv_case(n, c, h, w, k, kh, kw, pads, stride, xd, zx, "llvm -mcpu=x86-64", rng)
 
 
 @pytest.mark.skipif(not VNNI, reason=f"the host ({HOST.cpu}) has no AVX512-VNNI")
@@ -290,14 +302,14 @@ def test_conv_integer_runs_on_vnni(rng):
     assert "vpdpbusd" in ex.kernels[-1].module.get_source("asm")
 
 
-@pytest.mark.parametrize("case", ["stride", "groups", "weight zero point", "variable weights",
-                                  "uint8 weights"])
+@pytest.mark.parametrize("case", ["dilation", "groups", "weight zero point",
+                                  "variable weights", "uint8 weights"])
 def test_conv_integer_other_forms_run_as_the_int32_conv(case, rng, monkeypatch, capsys):
     monkeypatch.setenv("TL_DEBUG", "1")
     x, wv = _q(rng, (1, 4, 9, 9), "uint8"), _q(rng, (6, 4, 3, 3), "int8")
-    zw, stride, groups = None, 1, 1
-    if case == "stride":
-        stride = 2
+    zw, dilation, groups = None, 1, 1
+    if case == "dilation":
+        dilation = 2
     elif case == "groups":
         groups, wv = 2, wv[:, :2].copy()
     elif case == "weight zero point":
@@ -307,10 +319,15 @@ def test_conv_integer_other_forms_run_as_the_int32_conv(case, rng, monkeypatch, 
     X = G.Variable("x", x.shape, "uint8")
     W = G.Variable("w", wv.shape, str(wv.dtype)) if case == "variable weights" else \
         G.constant(wv)
-    Y = G.conv_integer(X, W, np.uint8(9), zw, strides=(stride, stride), pads=(1, 1, 1, 1),
-                       groups=groups)
+    Y = G.conv_integer(X, W, np.uint8(9), zw, pads=(1, 1, 1, 1),
+                       dilations=(dilation, dilation), groups=groups)
     assert Y.op != "conv_integer"
     _, (got,) = _run([Y], {X: x, W: wv} if case == "variable weights" else {X: x})
-    np.testing.assert_array_equal(got, _conv_ref(x, wv, 9, 0 if zw is None else zw,
-                                                 (1, 1, 1, 1), stride, groups))
+    want = _conv_ref(x, wv, 9, 0 if zw is None else zw, (1, 1, 1, 1), 1, groups) \
+        if dilation == 1 else None
+    if dilation == 2:           # the 3x3 window with its taps 2 apart: a 5x5 with zeros
+        w5 = np.zeros((6, 4, 5, 5), wv.dtype)
+        w5[:, :, ::2, ::2] = wv
+        want = _conv_ref(x, w5, 9, 0, (1, 1, 1, 1))
+    np.testing.assert_array_equal(got, want)
     assert "the int32 convolution of the centred operands" in capsys.readouterr().err

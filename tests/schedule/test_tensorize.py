@@ -315,7 +315,8 @@ def test_vnni_int8_matmul(M, N, K, rng):
     np.testing.assert_array_equal(c, ref)
 
 
-@pytest.mark.parametrize("M,N,K", [(8, 16, 4), (12, 32, 8), (16, 80, 36)])
+@pytest.mark.parametrize("M,N,K", [(12, 32, 8), pytest.param(8, 16, 4, marks=pytest.mark.slow),
+                                   pytest.param(16, 80, 36, marks=pytest.mark.slow)])
 def test_vnni_tile_computed_at_a_row_tile_of_its_reader(M, N, K, rng):
     """The sums in a local tile computed at each 4-row tile of an elementwise reader (the
     tile's loops start at 4 * the row tile, then rebased to count from zero for the
