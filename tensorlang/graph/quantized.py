@@ -1,6 +1,7 @@
 """Quantized integers in the graph: `quantize_linear`, `dequantize_linear` (ONNX's
-QuantizeLinear and DequantizeLinear), `round` (halves to even) and `matmul_integer` (ONNX's
-MatMulInteger: uint8 or int8 operands, int32 sums, zero points).
+QuantizeLinear and DequantizeLinear), `round` (halves to even), `matmul_integer` (ONNX's
+MatMulInteger: uint8 or int8 operands, int32 sums, zero points) and `conv_integer` (ONNX's
+ConvInteger, channel-blocked on the same instruction: see its docstring).
 
 `matmul_integer` runs on the CPU's dot-product instruction where the target has it: AVX512
 VNNI's `vpdpbusd` multiplies unsigned bytes by signed bytes, so the operands are brought to
