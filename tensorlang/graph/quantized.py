@@ -27,6 +27,7 @@ from .node import GraphError, Node
 from .ops import _elementwise
 from .registry import register_op
 from ..config import debug_print
+from ..schedule.dot_products import schedule_blocked_conv
 from ..te.intrin import all as all_, if_then_else
 
 LANES, DEPTH = 16, 4            # vpdpbusd: 16 int32 sums of 4 byte products each
@@ -489,29 +490,13 @@ def schedule_conv_integer(s: tl.Schedule, out: tl.Tensor, target: tl.Target) -> 
     `vpdpbusd` where `target` has AVX512-VNNI (else the 16 channels vectorized); the rows
     of each block of channels in parallel."""
     stages = {st.op.name: st.op.output for st in s.stages}
-    Yp, Xp = stages["Yp"], stages["Xp"]
-    cols = _conv_cols(int(out.shape[3].value))
-    L = s.cache_write(Yp, "local")
-    b, kb, y, x, ki = s[Yp].op.axis
-    xo, xi = s[Yp].split(x, factor=cols)
-    s[Yp].reorder(b, kb, y, xo, xi, ki)
-    s[Yp].parallel(s[Yp].fuse(kb, y))
-    s[Yp].vectorize(ki)
-    s[L].compute_at(s[Yp], xo)
-    lb, lkb, ly, lx, lki = s[L].op.axis
-    lcb, lry, lrx, lci = s[L].op.reduce_axis
-    s[L].reorder(lb, lkb, ly, lcb, lry, lrx, lx, lki, lci)
-    s[L].unroll(lx)
+    intrin = None
     if target.has_feature("avx512vnni"):
         from ..intrin import x86
-        s[L].tensorize(lki, x86.vnni_u8s8_i32)
+        intrin = x86.vnni_u8s8_i32
     else:
         debug_print(1, f"conv_integer {tuple(int(v.value) for v in out.shape)}: the target "
                        "has no AVX512-VNNI; the channel-blocked nest runs with its 16 "
                        "channels vectorized")
-        s[L].reorder(lb, lkb, ly, lcb, lry, lrx, lx, lci, lki)
-        s[L].vectorize(lki)
-    a = Xp.op.axis
-    s[Xp].parallel(s[Xp].fuse(a[1], a[2]))
-    o = out.op.axis
-    s[out].parallel(s[out].fuse(o[1], o[2]))
+    schedule_blocked_conv(s, stages["Xp"], stages["Yp"], out,
+                          _conv_cols(int(out.shape[3].value)), intrin)

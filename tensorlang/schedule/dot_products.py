@@ -6,7 +6,8 @@ operands packed as the instruction reads them, and their schedules. Tutorial 12,
   the edges: each lanes x depth block one 64-byte run), register tiles of rows x vecs
   vectors of sums, the block below them tensorized (or, without an instruction, the same
   nest with the lanes vectorized: the plain kernel).
-- `blocked_conv2d`: an int8 3x3 conv (pad 1) in the channel-blocked form, input
+- `blocked_conv2d` (its schedule `schedule_blocked_conv`, also the graph's
+  `G.conv_integer`'s): an int8 3x3 conv (pad 1) in the channel-blocked form, input
   [n, C/4, H+2, W+2, 4], weights [K/16, C/4, 3, 3, 16, 4], a local tile of `cols` columns x
   16 channels of int32 sums at each column tile (kept in registers), its 16 x 4 blocks on
   VNNI, the output unpacked to NCHW.
@@ -70,6 +71,17 @@ def blocked_conv2d(n: int, c: int, h: int, k: int, cols: int, intrin):
         axis=[cb, ry, rx, ci]), name="Yp")
     Y = compute((n, k, h, h), lambda b, o, y, x: Yp[b, o // 16, y, x, o % 16], name="Y")
     s = create_schedule(Y)
+    schedule_blocked_conv(s, Xp, Yp, Y, cols, intrin)
+    s[Wp].parallel(Wp.op.axis[0])
+    return s, [X, W, Y]
+
+
+def schedule_blocked_conv(s, Xp, Yp, Y, cols: int, intrin=None) -> None:
+    """The channel-blocked conv's schedule (`blocked_conv2d`'s; the graph's
+    `G.conv_integer`): `cols` columns x 16 output channels of sums in a local tile at each
+    column tile of Yp [n, K/16, OH, OW, 16], its 16 x 4 blocks tensorized onto `intrin`
+    (None: the 16 channels vectorized); the padded input Xp and the NCHW output Y in
+    parallel over channel blocks and rows."""
     L = s.cache_write(Yp, "local")
     b, kb, y, x, ki = s[Yp].op.axis
     xo, xi = s[Yp].split(x, factor=cols)
@@ -79,11 +91,13 @@ def blocked_conv2d(n: int, c: int, h: int, k: int, cols: int, intrin):
     s[L].compute_at(s[Yp], xo)
     lb, lkb, ly, lx, lki = s[L].op.axis
     lcb, lry, lrx, lci = s[L].op.reduce_axis
-    s[L].reorder(lb, lkb, ly, lcb, lry, lrx, lx, lki, lci)
     s[L].unroll(lx)
-    s[L].tensorize(lki, intrin)
+    if intrin is not None:
+        s[L].reorder(lb, lkb, ly, lcb, lry, lrx, lx, lki, lci)
+        s[L].tensorize(lki, intrin)
+    else:
+        s[L].reorder(lb, lkb, ly, lcb, lry, lrx, lx, lci, lki)
+        s[L].vectorize(lki)
     a = Xp.op.axis
     s[Xp].parallel(s[Xp].fuse(a[1], a[2]))
-    s[Wp].parallel(Wp.op.axis[0])
     s[Y].parallel(s[Y].fuse(Y.op.axis[1], Y.op.axis[2]))
-    return s, [X, W, Y]
