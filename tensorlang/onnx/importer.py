@@ -25,6 +25,7 @@ from ..errors import TensorlangError
 from .. import graph as G
 from ..graph.node import Node
 from .converters import CONVERTERS, fold
+from . import quantized  # noqa: F401  (registers the quantized operators' converters)
 from .dtypes import (
     _TYPES, ONNXImportError, UnsupportedOperatorError, ValueNeededError, as_graph_array,
     graph_dtype,
