@@ -1,6 +1,6 @@
 """int8 and bfloat16 matmuls on the CPU's dot-product instructions (tutorial 12's kernels,
 `tensorlang.schedule.dot_products`) beside onnxruntime's MatMulInteger (MLAS, VNNI where the
-CPU has it) and tensorlang's float32 matmul; an int8 ResNet 3x3 conv (64 -> 64 channels at
+CPU has it), torch's bfloat16 matmul (oneDNN) and tensorlang's float32 matmul; an int8 ResNet 3x3 conv (64 -> 64 channels at
 56x56) on VNNI beside onnxruntime's ConvInteger and QLinearConv; the graph executor's
 `G.matmul_integer` and `G.conv_integer`; a transformer's feed-forward block quantized by
 onnxruntime's `quantize_dynamic`, run by `tensorlang.onnx` and by onnxruntime. In one process, the
@@ -10,8 +10,8 @@ systems taken in turn each round.
 
 Prints the CPU, each system's best and median round (GOPS: a multiply-add counted as two
 operations), and the ratios the tensorize issue asks for: int8 / onnxruntime, int8 /
-float32, bf16 / float32, conv / onnxruntime. Peers that are not installed are left out,
-saying so.
+float32, bf16 / float32, bf16 / torch, conv / onnxruntime. Peers that are not installed
+are left out, saying so (torch's CPU wheel beside the project: PYTHONPATH=<its folder>).
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def main(argv=None):
     threads = host.cores
 
     def packed(*a):
-        return dot_products.packed_matmul(n, n, n, *a)
+        return dot_products.packed_matmul(n, n, n, *a, block_bytes=host.cache_bytes[1] // 2)
     rng = np.random.default_rng(0)
     a = rng.integers(0, 256, (n, n), dtype=np.uint8)
     b = rng.integers(-128, 128, (n, n), dtype=np.int8)
@@ -156,6 +156,17 @@ def main(argv=None):
         systems["tensorlang bf16 (BF16)"] = lambda: g(ab, bb, cf)
     else:
         print(f"{host.cpu} has no AVX512-BF16: the bfloat16 kernel is not run")
+    try:
+        import torch
+
+        torch.set_num_threads(threads)
+        ta, tb = (torch.from_numpy(v.view(np.int16)).view(torch.bfloat16) for v in (ab, bb))
+        got = torch.matmul(ta, tb).float().numpy()
+        want = ab.astype("f4") @ bb.astype("f4")
+        assert np.abs(got - want).max() <= 0.02 * np.abs(want).max(), "torch's bf16 matmul"
+        systems["torch bf16 matmul"] = lambda: torch.matmul(ta, tb)
+    except ImportError as e:
+        print(f"torch is not installed ({e}): its bf16 matmul is left out")
     qa, qb = G.Variable("qa", (n, n), "uint8"), G.Variable("qb", (n, n), "int8")
     qex = G.Executor([G.matmul_integer(qa, qb)])
     (qc,) = qex.run({qa: a, qb: b})
@@ -173,6 +184,7 @@ def main(argv=None):
     _ratio(rounds, "tensorlang G.matmul_integer", "onnxruntime MatMulInteger")
     _ratio(rounds, "tensorlang int8 (VNNI)", "tensorlang float32")
     _ratio(rounds, "tensorlang bf16 (BF16)", "tensorlang float32")
+    _ratio(rounds, "tensorlang bf16 (BF16)", "torch bf16 matmul")
 
     # the int8 conv: a ResNet layer
     nb, c, h, k = 1, 64, 56, 64

@@ -45,10 +45,13 @@ def packed_matmul(a_dt, b_dt, acc, lanes, depth, intrin=None, rows=4, vecs=4):
     Bp[j // lanes, k // depth, j % lanes, k % depth] (zeros past the edges): each block of
     lanes x depth is one 64-byte run, as the instruction reads it. Register tiles of `rows`
     rows x `vecs` vectors of sums; the block below them tensorized with `intrin` (without
-    one, the lanes vectorized). The schedule is `tl.schedule.dot_products.packed_matmul`'s:
-    its primitives are printed below (`trace_text`)."""
+    one, the lanes vectorized); B's column panels in blocks of half the L2, so that every
+    row tile reads them from there. The schedule is
+    `tl.schedule.dot_products.packed_matmul`'s: its primitives are printed below
+    (`trace_text`)."""
+    half_l2 = tl.Target.parse("llvm").cache_bytes[1] // 2
     return dot_products.packed_matmul(N, N, N, a_dt, b_dt, acc, lanes, depth, intrin, rows,
-                                      vecs)
+                                      vecs, block_bytes=half_l2)
 
 
 def plain_int8():

@@ -27,7 +27,7 @@ from .node import GraphError, Node
 from .ops import _elementwise
 from .registry import register_op
 from ..config import debug_print
-from ..schedule.dot_products import schedule_blocked_conv
+from ..schedule.dot_products import dot_tile, schedule_blocked_conv
 from ..te.intrin import all as all_, if_then_else
 
 LANES, DEPTH = 16, 4            # vpdpbusd: 16 int32 sums of 4 byte products each
@@ -279,6 +279,15 @@ def schedule_matmul_integer(s: tl.Schedule, out: tl.Tensor, target: tl.Target) -
     kp = int(Bp.shape[1].value) * DEPTH
     per_block = max(1, target.cache_bytes[1] // 2 // (kp * LANES * VECS))
     blocked = int(Bp.shape[0].value) > per_block * VECS
+    if "Bp" in stages:
+        s[Bp].parallel(Bp.op.axis[0])
+    intrin = None
+    if target.has_feature("avx512vnni"):
+        from ..intrin import x86
+        intrin = x86.vnni_u8s8_i32
+    else:
+        debug_print(1, f"matmul_integer {tuple(int(x.value) for x in D.shape)}: the target "
+                       "has no AVX512-VNNI; the packed nest runs with its lanes vectorized")
     if at_tiles:
         # D in tiles computed at the output's tiles: the correction reads each tile from L1
         oi, oj = out.op.axis
@@ -296,32 +305,15 @@ def schedule_matmul_integer(s: tl.Schedule, out: tl.Tensor, target: tl.Target) -
         jm, ji = st.split(j, factor=LANES)
         ko, ki = st.split(r, factor=DEPTH)
         st.reorder(ko, i, jm, ji, ki)
-        rows, outer = i, (ko,)
-    else:
-        io, ii = st.split(i, factor=ROWS)
-        jo, ji = st.split(j, factor=LANES * VECS)
-        jm, ji = st.split(ji, factor=LANES)
-        ko, ki = st.split(r, factor=DEPTH)
-        if blocked:
-            jb, jo = st.split(jo, factor=per_block)
-            st.reorder(jb, io, jo, ko, ii, jm, ji, ki)
+        st.unroll(i)
+        st.unroll(jm)
+        if intrin is not None:
+            st.tensorize(ji, intrin)
         else:
-            st.reorder(io, jo, ko, ii, jm, ji, ki)
-        if m > ROWS:
-            st.parallel(io)
-        rows, outer = ii, ((jb,) if blocked else ()) + (io, jo, ko)
-    st.unroll(rows)
-    st.unroll(jm)
-    if "Bp" in stages:
-        s[Bp].parallel(Bp.op.axis[0])
-    if target.has_feature("avx512vnni"):
-        from ..intrin import x86
-        st.tensorize(ji, x86.vnni_u8s8_i32)
-    else:
-        debug_print(1, f"matmul_integer {tuple(int(x.value) for x in D.shape)}: the target "
-                       "has no AVX512-VNNI; the packed nest runs with its lanes vectorized")
-        st.reorder(*outer, rows, jm, ki, ji)
-        st.vectorize(ji)
+            st.reorder(ko, i, jm, ki, ji)
+            st.vectorize(ji)
+    else:                       # (B's panels in blocks as above: `dot_tile`'s per_block)
+        dot_tile(st, LANES, DEPTH, intrin, ROWS, VECS, per_block)
     if out is not D and not at_tiles:
         oi, oj = out.op.axis
         s[out].vectorize(s[out].split(oj, factor=LANES)[1])

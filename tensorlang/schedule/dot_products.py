@@ -5,7 +5,8 @@ operands packed as the instruction reads them, and their schedules. Tutorial 12,
 - `packed_matmul`: C = A @ B with B packed as [N/lanes, K/depth, lanes, depth] (zeros past
   the edges: each lanes x depth block one 64-byte run), register tiles of rows x vecs
   vectors of sums, the block below them tensorized (or, without an instruction, the same
-  nest with the lanes vectorized: the plain kernel).
+  nest with the lanes vectorized: the plain kernel). Its schedule, `dot_tile`, is also
+  the graph's `G.matmul_integer`'s and the auto-scheduler's dot-product sketch's.
 - `blocked_conv2d` (its schedule `schedule_blocked_conv`, also the graph's
   `G.conv_integer`'s): an int8 3x3 conv (pad 1) in the channel-blocked form, input
   [n, C/4, H+2, W+2, 4], weights [K/16, C/4, 3, 3, 16, 4], a local tile of `cols` columns x
@@ -19,12 +20,15 @@ from ..te.intrin import all as all_, if_then_else
 from ..te.reduce import sum as sum_
 from ..te.tensor import compute, placeholder, reduce_axis
 from ..ir.expr import const
+from .recipes import Apply, apply_or_raise, names
 from .schedule import create_schedule
 
 
 def packed_matmul(m: int, n: int, k: int, a_dtype: str, b_dtype: str, acc: str, lanes: int,
-                  depth: int, intrin=None, rows: int = 4, vecs: int = 4):
-    """(schedule, [A, B, C]) of C[i, j] = sum_k A[i, k] * B[k, j] in `acc` (see the module)."""
+                  depth: int, intrin=None, rows: int = 4, vecs: int = 4,
+                  block_bytes: int = 0):
+    """(schedule, [A, B, C]) of C[i, j] = sum_k A[i, k] * B[k, j] in `acc` (see the module;
+    `block_bytes`: see `dot_tile`)."""
     A = placeholder((m, k), a_dtype, name="A")
     B = placeholder((k, n), b_dtype, name="B")
     nb, kb = -(-n // lanes), -(-k // depth)
@@ -36,22 +40,55 @@ def packed_matmul(m: int, n: int, k: int, a_dtype: str, b_dtype: str, acc: str, 
         A[i, r].astype(acc) * Bp[j // lanes, r // depth, j % lanes, r % depth].astype(acc),
         axis=r), name="C")
     s = create_schedule(C)
-    i, j = C.op.axis
-    io, ii = s[C].split(i, factor=rows)
-    jo, ji = s[C].split(j, factor=lanes * vecs)
-    jm, ji = s[C].split(ji, factor=lanes)
-    ko, ki = s[C].split(r, factor=depth)
-    s[C].reorder(io, jo, ko, ii, jm, ji, ki)
-    s[C].unroll(ii)
-    s[C].unroll(jm)
-    s[C].parallel(io)
     s[Bp].parallel(Bp.op.axis[0])
-    if intrin is not None:
-        s[C].tensorize(ji, intrin)
-    else:                        # the plain kernel: the lanes vectorized, k innermost
-        s[C].reorder(io, jo, ko, ii, jm, ki, ji)
-        s[C].vectorize(ji)
+    dot_tile(s[C], lanes, depth, intrin, rows, vecs,
+             panels_per_block(k, lanes * vecs, Bp.dtype.itemsize, block_bytes))
     return s, [A, B, C]
+
+
+def panels_per_block(k: int, cols: int, itemsize: int, block_bytes: int) -> int:
+    """How many column panels (`cols` columns of B, all `k` rows) fit `block_bytes` (0: no
+    blocking)."""
+    return max(1, block_bytes // (k * cols * itemsize)) if block_bytes else 0
+
+
+def dot_tile(st, lanes: int, depth: int, intrin=None, rows: int = 4, vecs: int = 4,
+             per_block: int = 0, apply: Apply = apply_or_raise) -> bool:
+    """The register tile of a dot-product stage `st` (C[..., i, j] = sum_k a[..., i, k] *
+    b[..., j // lanes, k // depth, j % lanes, k % depth], b in an instruction's layout:
+    `packed_matmul`'s, the auto-scheduler's `pack_dot_operands`'): `rows` x `vecs` vectors of
+    `lanes` sums, the instruction's block (`lanes` x `depth`) below them tensorized onto
+    `intrin`. Loops: the batch axes, (j.outer.outer: `per_block` column tiles a block, so
+    that the row tiles read B's panels from L2; 0: none), i.outer, j.outer, k.outer,
+    i.inner (unrolled), j.inner.outer (unrolled), j.inner.inner, k.inner. The row tiles run
+    in parallel (the column tiles where there is one row tile). Without `intrin`, or where
+    it is refused, the same nest runs with k.inner outside the lanes, vectorized. True when
+    tensorized."""
+    *batch, i, j = names(st.op.axis)
+    (k,) = names(st.op.reduce_axis)
+    extent = [int(a.extent.value) for a in st.op.axis]
+    for ax, f in ((i, rows), (j, lanes * vecs), (k, depth)):
+        apply(st, "split", ax, factor=f)
+    apply(st, "split", f"{j}.inner", factor=lanes)
+    outer = [f"{i}.outer", f"{j}.outer"]
+    if per_block and -(-extent[-1] // (lanes * vecs)) > per_block:
+        apply(st, "split", f"{j}.outer", factor=per_block)
+        outer = [f"{j}.outer.outer", f"{i}.outer", f"{j}.outer.inner"]
+    lanes_, depth_ = f"{j}.inner.inner", f"{k}.inner"
+    tile = [f"{k}.outer", f"{i}.inner", f"{j}.inner.outer"]
+    apply(st, "reorder", *batch, *outer, *tile, lanes_, depth_)
+    apply(st, "unroll", f"{i}.inner")
+    apply(st, "unroll", f"{j}.inner.outer")
+    par = f"{i}.outer" if extent[-2] > rows else outer[-1]
+    if batch:
+        par = apply(st, "fuse", *batch, par) if par == outer[0] else batch[0]
+    if par is not None:
+        apply(st, "parallel", par)
+    if intrin is not None and apply(st, "tensorize", lanes_, intrin) is not None:
+        return True
+    apply(st, "reorder", *tile, depth_, lanes_)
+    apply(st, "vectorize", lanes_)
+    return False
 
 
 def blocked_conv2d(n: int, c: int, h: int, k: int, cols: int, intrin):

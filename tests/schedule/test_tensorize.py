@@ -282,21 +282,26 @@ def test_the_match_agrees_with_brute_force_on_tiny_domains(name, split, N, K):
 
 
 # ------------------------------------------------------------------ built-in instructions
-def packed_matmul(M, N, K, lanes, depth, a_dt, b_dt, acc, intrin, rows=1, vecs=1):
+def packed_matmul(M, N, K, lanes, depth, a_dt, b_dt, acc, intrin, rows=1, vecs=1,
+                  block_bytes=0):
     """C = A @ B with B packed as [N/lanes, K/depth, lanes, depth] (zeros past the edges),
     one use of `intrin` per lanes x depth block (`tensorlang.schedule.dot_products`)."""
     return dot_products.packed_matmul(M, N, K, a_dt, b_dt, acc, lanes, depth, intrin, rows,
-                                      vecs)
+                                      vecs, block_bytes)
 
 
 def _host_has(feature):
     return tl.Target.parse("llvm").has_feature(feature)
 
 
-@pytest.mark.parametrize("M,N,K", [(1, 1, 1), (3, 16, 4), (5, 33, 13), (17, 47, 64)])
-def test_vnni_int8_matmul(M, N, K, rng):
+@pytest.mark.parametrize("M,N,K,block", [(1, 1, 1, 0), (3, 16, 4, 0), (5, 33, 13, 0),
+                                         (17, 47, 64, 0), (9, 97, 21, 1000)])
+def test_vnni_int8_matmul(M, N, K, block, rng):
+    # block: B's column panels (32 columns x K bytes) in blocks of `block` bytes, the
+    # blocks outside the row tiles (97 columns: 4 panels, blocks of one)
     s, args = packed_matmul(M, N, K, 16, 4, "uint8", "int8", "int32",
-                            tl.intrin.x86.vnni_u8s8_i32, rows=2, vecs=2)
+                            tl.intrin.x86.vnni_u8s8_i32, rows=2, vecs=2, block_bytes=block)
+    assert ('split("j.outer", factor=1)' in s.trace_text()) == bool(block)
     f = tl.lower(s, args)
     assert (calls(f) >= 1) == (N >= 16 and K >= 4)
     a = rng.integers(0, 256, (M, K), dtype=np.uint8)
