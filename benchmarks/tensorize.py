@@ -1,7 +1,8 @@
 """int8 and bfloat16 matmuls on the CPU's dot-product instructions (tutorial 12's kernels,
 `tensorlang.schedule.dot_products`) beside onnxruntime's MatMulInteger (MLAS, VNNI where the
-CPU has it), torch's bfloat16 matmul (oneDNN) and tensorlang's float32 matmul; an int8 ResNet 3x3 conv (64 -> 64 channels at
-56x56) on VNNI beside onnxruntime's ConvInteger and QLinearConv; the graph executor's
+CPU has it), torch's bfloat16 matmul (oneDNN) and tensorlang's float32 matmul; an int8
+ResNet 3x3 conv (64 -> 64 channels at 56x56) on VNNI beside onnxruntime's ConvInteger and
+QLinearConv; the graph executor's
 `G.matmul_integer` and `G.conv_integer`; a transformer's feed-forward block quantized by
 onnxruntime's `quantize_dynamic`, run by `tensorlang.onnx` and by onnxruntime. In one process, the
 systems taken in turn each round.
