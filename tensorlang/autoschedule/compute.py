@@ -116,6 +116,8 @@ class RegisterBlock:
 def register_block(st: PlacedStatement, tgt, promoted: set[str] = frozenset()) -> RegisterBlock:
     """The register block of `st` on `tgt` and the cycles of the nest that runs it (see
     the module); `promoted`: the local buffers LLVM keeps in registers."""
+    if st.instruction is not None:
+        return _instruction_block(st, tgt)
     lp = block_loops(st, tgt, promoted)
     ops, reads = _arith(st.e.stmt.body, lambda names: (
         moving_vars(st, lp.r, names),
@@ -132,6 +134,53 @@ def register_block(st: PlacedStatement, tgt, promoted: set[str] = frozenset()) -
     blocks, compute_cycles = _nest_cycles(st, tgt.cpu_model, lp, cycles)
     return RegisterBlock(lp, arith, acc, chain, throughput, issue, loop_ops, base, cycles,
                          blocks, compute_cycles)
+
+
+def _instruction_block(st: PlacedStatement, tgt) -> RegisterBlock:
+    """The register block of a statement whose loops from `st.instruction` on are one use
+    of a backend's instruction (`tensorize`): the block is the innermost loop outside
+    them that is not unrolled; each use is one instruction at the FMA pipes, at the width
+    of its sums; each operand loads its distinct blocks of one use a block (a register
+    tile's row of b serves its every row), and sums kept across the block's loop stay in
+    registers where they fit (LLVM promotes them: a dependent chain of the instruction's
+    latency a use). Uses that a partial box leaves to plain code are not counted."""
+    d, n, trips, cpu = st.instruction, st.n, st.trips, tgt.cpu_model
+    kinds = as_compiled(st, [lp.kind for lp in st.e.loops])
+    kinds[d:] = [LoopKind.UNROLLED] * (n - d)
+    iters = [1]
+    for t in trips:
+        iters.append(iters[-1] * t)
+    r = max((x for x in range(d) if kinds[x] not in (LoopKind.UNROLLED, LoopKind.VECTORIZED)),
+            default=-1)
+    uses = iters[d] // iters[r + 1]
+    lp = BlockLoops(kinds, iters, r, trips[d] if d < n else 1, 1, False, None,
+                    iters[-1] // iters[r + 1])
+    acc = Accesses()
+    written = {name for name, write, *_ in st.accesses if write}
+    bits = 32
+    for name, write, _, m, size in st.accesses:
+        one = max(1, box_size(st.footprint(m, d - 1)))       # what one use touches
+        blocks = max(1.0, box_size(st.footprint(m, r)) / one)
+        if name in written:
+            bits = max(bits, min(tgt.vector_bits or 32, one * size * 8))
+            kept = r >= 0 and st.footprint(m, r) == st.footprint(m, r - 1)
+            if kept and blocks <= tgt.vector_registers - 2:
+                if write:
+                    acc.chain = max(acc.chain, cpu.fma_latency * uses / blocks)
+                continue
+        if write:
+            acc.stores += blocks
+        else:
+            acc.loads += blocks
+    throughput = (uses / cpu.per_cycle(cpu.fma_pipes, bits),
+                  acc.loads / cpu.per_cycle(cpu.load_ports, bits),
+                  acc.stores / cpu.per_cycle(cpu.store_ports, bits))
+    issue = (uses + acc.loads + acc.stores) / cpu.issue_width
+    loop_ops = (LOOP_OPS if r >= 0 else 0) / cpu.issue_width
+    base = max(*throughput, acc.chain, issue + loop_ops)
+    blocks, compute_cycles = _nest_cycles(st, cpu, lp, base)
+    return RegisterBlock(lp, float(uses), acc, acc.chain, throughput, issue, loop_ops, base,
+                         base, blocks, compute_cycles)
 
 
 def block_loops(st: PlacedStatement, tgt, promoted: set[str] = frozenset()) -> BlockLoops:

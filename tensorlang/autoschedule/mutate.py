@@ -35,10 +35,21 @@ def mutate(trace: list[TraceEntry], rng: random.Random) -> list[TraceEntry] | No
     # a split whose inner loop is vectorised has the target's vector width: not a tile
     # size to move (32 lanes on a 16-lane machine is two registers per "vector")
     vector = {(t.stage, t.call.args[0]) for t in trace if t.call.prim == "vectorize"}
+    # nor are the instruction's own loops of a tensorized stage (the split whose inner
+    # loop it replaces, those of the loops ordered after it) and the packs that lay its
+    # operands out as it reads them
+    tensorized = False
+    for k, t in enumerate(trace):
+        if t.call.prim == "tensorize":
+            tensorized = True
+            order = next((list(u.call.args) for u in reversed(trace[:k]) if u.stage == t.stage
+                          and u.call.prim == "reorder" and t.call.args[0] in u.call.args), [])
+            below = order[order.index(t.call.args[0]):] if order else [t.call.args[0]]
+            vector |= {(t.stage, x) for x in below}
     spots = [(k, a) for k, t in enumerate(trace)
              for a, v in enumerate(list(t.call.args) + [v for _, v in t.call.kwargs])
              if t.call.prim in ("split", "tile", "pack") and isinstance(v, int) and v > 1 and
-             not (t.call.prim == "pack" and a == 1) and
+             not (t.call.prim == "pack" and (a == 1 or tensorized)) and
              not (t.call.prim == "split" and (t.stage, f"{t.call.args[0]}.inner") in vector)]
     if not spots:
         return None

@@ -138,6 +138,9 @@ class PlacedStatement:
         self.local_elems: dict[str, tuple[int, int]] = {}    # local: (size, loops)
         self.accesses = []                # (tensor name, is write, is local, map, bytes)
         self.strides = []                 # per access: bytes between neighbours, per dim
+        # the first of the loops that one use of an instruction replaces (a stage
+        # tensorized onto a backend's instruction), or None
+        self.instruction: int | None = None
         for acc, write in ((e.reads, False), (e.writes, True)):
             for tid, m in acc.items():
                 if tid not in names:
@@ -292,13 +295,28 @@ def placed_statements(s) -> list[PlacedStatement]:
             continue                        # a size that depends on the parameters
         local_elems[names[id(L.tensor)]] = (math.prod(extents), L.n_prefix)
     out = []
+    stages = {st.id: st for st in s.stages}
     for e in pl.entries:
         st = PlacedStatement(e, ctx, names, local_ids, itemsize, strides)
+        st.instruction = _instruction_loop(e, stages.get(prog.info[e.orig].stage))
         st.local_elems = local_elems
         st.recurrences = [d.rel.intersect_params(ctx) for d in deps if d.kind == "RAW" and
                           not d.reduction and d.src == d.dst == e.stmt.name]
         out.append(st)
     return out
+
+
+def _instruction_loop(e, stage) -> int | None:
+    """The loop of entry `e` that its stage's `tensorize` marked, when the instruction is
+    a backend's (one instruction a use); None otherwise (a plain-IR `impl` compiles to
+    the loops it replaced, which the model counts as they are)."""
+    from ..schedule.tensorize import MARK
+    from ..te.tensorize import Lowering
+
+    got = stage.tensorized() if stage is not None else None
+    if got is None or not isinstance(got[1].impl, Lowering):
+        return None
+    return next((d for d, lp in enumerate(e.loops) if lp.thread_tag == MARK), None)
 
 
 # ------------------------------------------------------------ which way loops move

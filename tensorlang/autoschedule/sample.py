@@ -113,7 +113,10 @@ def sample(outputs, target, rng: random.Random) -> Schedule:
             _reads_along(st, spatial[-1].var.name)
         along = red and _reads_along(st, red[-1].var.name)
         chan = _channel_axis(s, st, lanes) if red and len(spatial) >= 2 else None
-        if st.op.is_recurrence and len(spatial) >= 2 and rng.random() < 0.4:
+        dot = _dot_operands(st, tgt) if red else None
+        if dot is not None and rng.random() < 0.75:
+            _dot_sketch(s, st, tgt, rng, *dot)
+        elif st.op.is_recurrence and len(spatial) >= 2 and rng.random() < 0.4:
             _wavefront(st, rng, lanes, tgt)
         elif red and (wide or chan) and rng.random() < 0.75:
             if chan is not None and rng.random() < _channel_odds(st, lanes, wide):
@@ -398,6 +401,87 @@ def _register_tile(s: Schedule, st, tgt, lanes: int, rng: random.Random) -> None
         at = io
     accumulate_in_registers(s, local, cs, at, k_row, lanes, apply=_try)
     _parallel_outer(cs, rng)
+
+
+def _index_dims(load) -> dict[str, int] | None:
+    """{variable name: dimension} of a read whose every index is one loop variable (A[i, k]);
+    None otherwise (A[i, k + 1], A[2 * i, k])."""
+    from ..ir.expr import Var
+
+    if not all(isinstance(x, Var) for x in load.indices):
+        return None
+    dims = {x.name: d for d, x in enumerate(load.indices)}
+    return dims if len(dims) == len(load.indices) else None
+
+
+def _dot_operands(st, tgt):
+    """(instruction, a, b) where stage `st` is a dot product that one of the target's
+    dot-product instructions computes (`tl.intrin.dot_instructions`): C[..., i, j] =
+    sum_k a[..., i, k] * b[..., k, j], each operand's dimensions in any order, one reduce
+    axis, the operands' and the sum's dtypes the instruction's (a, the operand shared by
+    the instruction's lanes, does not move with j; b does not move with i); None
+    otherwise."""
+    from ..intrin import dot_instructions
+    from ..ir.expr import Load
+    from ..ir.visit import walk
+    from ..te.reduce import combiner_name
+
+    if len(st.op.reduce_axis) != 1 or len(st.op.axis) < 2 or combiner_name(st.op) != "sum":
+        return None
+    loads = [e for e in walk(st.op.body) if isinstance(e, Load)]
+    if len(loads) != 2 or any(_index_dims(x) is None for x in loads):
+        return None
+    i, j = (a.var.name for a in st.op.axis[-2:])
+    k = st.op.reduce_axis[0].var.name
+    for intrin in dot_instructions(tgt):
+        if str(st.op.output.dtype) != str(intrin.desc.dtype):
+            continue
+        want = [str(t.dtype) for t in intrin.inputs]
+        for a, b in (loads, loads[::-1]):
+            da, db = _index_dims(a), _index_dims(b)
+            if [str(a.buffer.dtype), str(b.buffer.dtype)] == want and k in da and k in db \
+                    and j in db and j not in da and i not in db:
+                return intrin, a, b
+    return None
+
+
+def _dot_sketch(s: Schedule, st, tgt, rng: random.Random, intrin, a, b) -> None:
+    """A dot product on the target's instruction (`_dot_operands`): b packed into the
+    instruction's layout ([..., j / lanes, k / depth, lanes, depth]: two `pack`s, the
+    first inlined into the second, its storage reordered), a packed along k where k is not
+    its last dimension, then `dot_products.dot_tile` with drawn sizes (rows x vectors of
+    sums, B's column panels blocked to fit half the L2 or not). Where isl refuses the
+    instruction (a body it does not compute) the same nest runs vectorized."""
+    from ..schedule.dot_products import dot_tile, panels_per_block
+
+    lanes, depth = intrin.extents[0], intrin.extents[-1]
+    j, k = st.op.axis[-1].var.name, st.op.reduce_axis[0].var.name
+    da, db = _index_dims(a), _index_dims(b)
+    if da[k] != len(a.indices) - 1:
+        ap = _try(s, "pack", a.buffer, da[k], depth, [st])
+        if ap is not None:
+            _try(s[ap], "parallel", s[ap].op.axis[0].var.name)
+    bp = _try(s, "pack", b.buffer, db[j], lanes, [st])
+    if bp is None:
+        _register_tile(s, st, tgt, tgt.vector_lanes(str(st.op.output.dtype)), rng)
+        return
+    dk = 1 + (db[k] if db[k] < db[j] else db[k] - 1)
+    bpp = _try(s, "pack", bp, dk, depth, [st])
+    if bpp is not None:
+        # [k / depth, j / lanes, ..., lanes, depth] -> [..., j / lanes, k / depth, lanes,
+        # depth]: a column panel's blocks one after the other, as the tile reads them
+        ax = [x.var.name for x in s[bpp].op.axis]
+        bpp = _try(s[bpp], "reorder_storage", *ax[2:-2], ax[1], ax[0], *ax[-2:]) or bpp
+        _try(s[bp], "compute_inline")
+        _try(s[bpp], "parallel", s[bpp].op.axis[0].var.name)
+    regs = tgt.vector_registers
+    n = _extent(st.op.axis[-1]) or lanes
+    vecs = rng.choice([v for v in (1, 2, 3, 4) if (v - 1) * lanes < n] or [1])
+    rows = rng.choice([r for r in (1, 2, 3, 4, 6, 8) if r * vecs + vecs + 1 <= regs] or [1])
+    kext = _extent(st.op.reduce_axis[0]) or depth
+    per_block = panels_per_block(kext, lanes * vecs, b.buffer.dtype.itemsize,
+                                 tgt.cache_bytes[1] // 2) if rng.random() < 0.5 else 0
+    dot_tile(st, lanes, depth, intrin, rows, vecs, per_block, apply=_try)
 
 
 def _channel_axis(s: Schedule, st, lanes: int):

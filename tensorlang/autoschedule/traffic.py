@@ -19,9 +19,25 @@ EXCESS_FULL = 3.0         # a set this many times over its ways loses all the li
                           # shares with the next (`tile_conflicts`)
 
 
-def _bytes(box: list[int], itemsize: int) -> int:
+def _merged(box: list[int], itemsize: int, strides) -> tuple[list[int], list[int]]:
+    """A box of a tensor's elements and the tensor's `strides` (bytes between neighbours,
+    per dimension) with each last dimension shorter than a line that the box covers whole
+    merged into the one before it: a packed operand's [.., 16, 4] bytes are rows of 64
+    contiguous bytes, not rows of 4 a line each."""
+    box, strides = list(box), list(strides) if len(strides) == len(box) else []
+    while strides and len(box) >= 2 and box[-1] * itemsize < LINE_BYTES and \
+            box[-1] * strides[-1] == strides[-2]:
+        box[-2:] = [box[-2] * box[-1]]
+        strides[-2:] = [strides[-1]]
+    return box, strides
+
+
+def _bytes(box: list[int], itemsize: int, strides=()) -> int:
+    """The bytes of the lines a box of a tensor's elements spans (with the tensor's
+    `strides`, its short whole last dimensions merged: `_merged`)."""
     if not box or 0 in box:
         return 0
+    box = _merged(box, itemsize, strides)[0]
     line = max(1, LINE_BYTES // itemsize)
     n = -(-box[-1] // line) * line
     for x in box[:-1]:
@@ -166,7 +182,9 @@ def tile_conflicts(st: PlacedStatement, r: int, iters: list[int], tgt) -> float:
     for name, m, size, stride in acc:
         t = st.touched(m, tile)
         touched[name] = (touched[name][0].union(t) if name in touched else t, size, stride)
-    feet = [(bounding_box(t), size, stride) for t, size, stride in touched.values()]
+    feet = [(*_merged(bounding_box(t), size, stride), size)
+            for t, size, stride in touched.values()]
+    feet = [(box, size, stride) for box, stride, size in feet]
     if sum(_bytes(b, size) for b, size, _ in feet) > tgt.cache_bytes[0] * FILL:
         return 0.0                 # the traffic counts its lines
     count = [0] * sets
@@ -186,7 +204,8 @@ def traffic_bytes(st: PlacedStatement, tgt, resident: dict[str, int]) -> list[in
     whose arrays fit L2 runs as fast as L2 serves it); a written line goes to DRAM and back
     (write-allocate)."""
     n = st.n
-    glob = [(write, m, size) for _, write, local, m, size in st.accesses if not local]
+    glob = [(write, m, size, stride) for (_, write, local, m, size), stride
+            in zip(st.accesses, st.strides) if not local]
     names = [name for name, _, local, _, _ in st.accesses if not local]
     along = [_along_memory(st, m, size, stride)     # the innermost loop reads along memory
              for (_, _, local, m, size), stride in zip(st.accesses, st.strides) if not local]
@@ -195,11 +214,12 @@ def traffic_bytes(st: PlacedStatement, tgt, resident: dict[str, int]) -> list[in
     iters = [1]
     for t in st.trips:
         iters.append(iters[-1] * t)
-    feet = [[st.footprint(m, d) for d in range(-1, n)] for _, m, _ in glob]
-    levels = [sum(_bytes(f[d + 1], g[2]) for f, g in zip(feet, glob)) for d in range(-1, n)]
+    feet = [[st.footprint(m, d) for d in range(-1, n)] for _, m, _, _ in glob]
+    levels = [sum(_bytes(f[d + 1], g[2], g[3]) for f, g in zip(feet, glob))
+              for d in range(-1, n)]
     whole: dict[str, int] = {}          # each tensor once (a recurrence reads what it writes)
     for f, g, name in zip(feet, glob, names):
-        whole[name] = max(whole.get(name, 0), _bytes(f[0], g[2]))
+        whole[name] = max(whole.get(name, 0), _bytes(f[0], g[2], g[3]))
     out = []
     total = sum(whole.values())
     for c, cap in enumerate(tgt.cache_bytes):
@@ -208,20 +228,20 @@ def traffic_bytes(st: PlacedStatement, tgt, resident: dict[str, int]) -> list[in
             break
         dstar = next((d for d in range(-1, n) if levels[d + 1] <= cap * FILL), n - 1)
         moved = 0
-        for f, (write, _, size), name, unit in zip(feet, glob, names, along):
+        for f, (write, _, size, stride), name, unit in zip(feet, glob, names, along):
             if not write and resident.get(name, 3) <= c:
                 continue                       # already in this level (`resident_reads`)
             d = dstar
             while d >= 0 and f[d] == f[d + 1]:
                 d -= 1                         # loop d does not index the tensor: reused
-            b = _bytes(f[d + 1], size) * iters[d + 1]
+            b = _bytes(f[d + 1], size, stride) * iters[d + 1]
             if d >= 0 and unit:
                 # consecutive iterations of loop d that overlap (a stencil's rows, a
                 # convolution's window): the lines they share stay, so a sweep of loop d
                 # loads at most its whole footprint. (Not for an access across memory —
                 # a transposed read walking down columns — whose lines come back one per
                 # element at the latency of a miss, which the model has no term for.)
-                b = min(b, _bytes(f[d], size) * iters[d])
+                b = min(b, _bytes(f[d], size, stride) * iters[d])
             back = write and (c >= 2 or c == 1 and not tgt.victim_llc)
             moved += 2 * b if back else b     # written lines go back
         out.append(moved)

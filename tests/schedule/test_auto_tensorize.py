@@ -1,0 +1,185 @@
+"""The auto-scheduler places dot-product instructions: its dot-product sketch (operands
+packed into the instruction's layout, `dot_products.dot_tile` with drawn sizes, tensorize),
+the cost model's term for an instruction, mutations that keep the instruction's loops, and
+`tl.auto_schedule` choosing the instruction where the target has it. Candidates are checked
+against numpy at sizes that do and do not divide the instruction's block (1, primes)."""
+
+import random
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tensorlang as tl
+from tensorlang.autoschedule.cost import estimate
+from tensorlang.autoschedule.mutate import mutate
+from tensorlang.autoschedule.sample import sample
+from tensorlang.schedule import dot_products
+
+VNNI = "llvm -mcpu=znver4"          # AVX512-VNNI and BF16 on any host (built, not run)
+PLAIN = "llvm -mcpu=x86-64"         # neither
+
+
+def _host_has(feature):
+    return tl.Target.parse("llvm").has_feature(feature)
+
+
+def int8_matmul(M, N, K, layout="ik,kj", batch=0):
+    """C[(b,) i, j] = sum_k A . B in int32, A uint8 and B int8 in `layout` ("ik,kj",
+    "ki,kj": A transposed, "ik,jk": B transposed)."""
+    la, lb = layout.split(",")
+    shape = {"i": M, "j": N, "k": K}
+    pre = (batch,) if batch else ()
+    A = tl.placeholder(pre + tuple(shape[c] for c in la), "uint8", name="A")
+    B = tl.placeholder(pre + tuple(shape[c] for c in lb), "int8", name="B")
+    k = tl.reduce_axis((0, K), name="k")
+
+    def at(T, order, b, i, j):
+        idx = tuple({"i": i, "j": j, "k": k}[c] for c in order)
+        return T[((b,) if batch else ()) + idx]
+    if batch:
+        C = tl.compute((batch, M, N), lambda b, i, j: tl.sum(
+            at(A, la, b, i, j).astype("int32") * at(B, lb, b, i, j).astype("int32"), axis=k),
+            name="C")
+    else:
+        C = tl.compute((M, N), lambda i, j: tl.sum(
+            at(A, la, None, i, j).astype("int32") * at(B, lb, None, i, j).astype("int32"),
+            axis=k), name="C")
+    return A, B, C
+
+
+def _arrays(A, B, rng):
+    a = rng.integers(0, 256, [int(x.value) for x in A.shape], dtype=np.uint8)
+    b = rng.integers(-128, 128, [int(x.value) for x in B.shape], dtype=np.int8)
+    return a, b
+
+
+def _reference(a, b, layout, batch):
+    la, lb = layout.split(",")
+    spec = f"{'z' if batch else ''}{la},{'z' if batch else ''}{lb}->{'z' if batch else ''}ij"
+    return np.einsum(spec, a.astype(np.int64), b.astype(np.int64)).astype(np.int32)
+
+
+def _tensorized(target, C, seed=0, tries=40):
+    """The first sampled candidate that tensorizes (None after `tries`)."""
+    rng = random.Random(seed)
+    for _ in range(tries):
+        s = sample(C, target, rng)
+        if "tensorize" in s.trace_text():
+            return s
+    return None
+
+
+@pytest.mark.parametrize("M,N,K,layout,batch", [
+    (1, 1, 1, "ik,kj", 0), (5, 16, 4, "ik,kj", 0), (17, 37, 65, "ik,kj", 0),
+    (64, 96, 40, "ik,kj", 0), (13, 33, 29, "ki,kj", 0), (7, 48, 23, "ik,jk", 0),
+    (9, 20, 12, "ik,kj", 3)])
+def test_sampled_dot_products_use_vnni_and_match_numpy(M, N, K, layout, batch, rng):
+    A, B, C = int8_matmul(M, N, K, layout, batch)
+    s = _tensorized(VNNI, C)
+    assert s is not None, "no candidate of 40 tensorized an int8 dot product on a VNNI target"
+    text = s.trace_text()
+    assert 'intrin="x86.vnni_u8s8_i32"' in text and text.count("s.pack(") >= 2
+    a, b = _arrays(A, B, rng)
+    want = _reference(a, b, layout, batch)
+    obj = tl.build(s, [A, B, C], target=VNNI)          # builds on any host
+    assert ("vpdpbusd" in obj.get_source("asm")) == (N >= 16 and K >= 4)
+    if M * N * K * max(batch, 1) <= 30000:
+        # the interpreter runs the instruction by its description, on any host
+        c = np.zeros(want.shape, np.int32)
+        tl.run_lowered(tl.lower(s, [A, B, C]), [a, b, c])
+        np.testing.assert_array_equal(c, want)
+    if not _host_has("avx512vnni"):
+        pytest.skip("this CPU has no AVX512-VNNI: the candidate was built and interpreted")
+    c = np.full(want.shape, -1, np.int32)
+    tl.build(s, [A, B, C])(a, b, c)
+    np.testing.assert_array_equal(c, want)
+
+
+def test_bf16_dot_products_use_the_bf16_instruction(rng):
+    M, N, K = 11, 40, 18
+    A = tl.placeholder((M, K), "bfloat16", name="A")
+    B = tl.placeholder((K, N), "bfloat16", name="B")
+    k = tl.reduce_axis((0, K), name="k")
+    C = tl.compute((M, N), lambda i, j: tl.sum(
+        A[i, k].astype("float32") * B[k, j].astype("float32"), axis=k), name="C")
+    s = _tensorized(VNNI, C)
+    assert s is not None and 'intrin="x86.bf16_dot_f32"' in s.trace_text()
+    a = rng.standard_normal((M, K)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((K, N)).astype(ml_dtypes.bfloat16)
+    want = a.astype(np.float32) @ b.astype(np.float32)
+    assert "vdpbf16ps" in tl.build(s, [A, B, C], target=VNNI).get_source("asm")
+    if not _host_has("avx512bf16"):
+        pytest.skip("this CPU has no AVX512-BF16: the candidate was built, not run")
+    c = np.zeros((M, N), np.float32)
+    tl.build(s, [A, B, C])(a, b, c)
+    # (the instruction flushes subnormal inputs and adds its two products its own way)
+    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-4)
+
+
+def test_no_instruction_is_sampled_where_the_target_lacks_it_or_the_types_differ():
+    _, _, C = int8_matmul(16, 32, 16)
+    rng = random.Random(0)
+    assert not any("tensorize" in sample(C, PLAIN, rng).trace_text() for _ in range(20))
+    # int8 x uint8 (the operands' types swapped): vpdpbusd multiplies u8 by s8 only
+    A = tl.placeholder((16, 16), "int8", name="A")
+    B = tl.placeholder((16, 32), "uint8", name="B")
+    k = tl.reduce_axis((0, 16), name="k")
+    D = tl.compute((16, 32), lambda i, j: tl.sum(
+        A[i, k].astype("int32") * B[k, j].astype("int32"), axis=k), name="D")
+    assert not any("tensorize" in sample(D, VNNI, rng).trace_text() for _ in range(20))
+
+
+def test_the_cost_model_counts_an_instruction_as_one():
+    """The same packed nest with and without the instruction: the model predicts the
+    tensorized one several times faster (vpdpbusd does 64 multiply-adds; the plain nest's
+    int32 lanes 16 a vector multiply and add), and within 2x of the plain float32 matmul's
+    prediction divided by the instruction's gain."""
+    n = 256
+    with_vnni = estimate(dot_products.packed_matmul(n, n, n, "uint8", "int8", "int32", 16, 4,
+                                                    tl.intrin.x86.vnni_u8s8_i32)[0], VNNI)
+    plain = estimate(dot_products.packed_matmul(n, n, n, "uint8", "int8", "int32", 16, 4)[0],
+                     VNNI)
+    assert plain.seconds > 3 * with_vnni.seconds, (plain.seconds, with_vnni.seconds)
+    # 2 n^3 operations at one instruction (128 operations) a cycle per core at most
+    cpu = tl.Target.parse(VNNI)
+    floor = 2 * n ** 3 / 128 / cpu.cpu_model.clock_hz / cpu.cores
+    assert floor <= with_vnni.seconds < 4 * floor, (floor, with_vnni.seconds)
+
+
+def test_mutations_keep_the_instructions_loops_and_layout():
+    _, _, C = int8_matmul(64, 96, 40)
+    s = _tensorized(VNNI, C)
+    rng = random.Random(1)
+    for _ in range(30):
+        child = mutate(list(s.trace), rng)
+        if child is None:
+            continue
+        changed = [t for t, u in zip(child, s.trace) if t != u]
+        assert len(changed) == 1
+        call = changed[0].call
+        assert call.prim != "pack", changed
+        assert not (call.prim == "split" and call.args[0] in ("j.inner", "k")), changed
+
+
+def test_auto_schedule_by_the_model_places_the_instruction():
+    # (at 128^3 the packing and the fork weigh as much as the products: a plain register
+    # tile runs as fast, measured and predicted)
+    _, _, C = int8_matmul(256, 256, 256)
+    s = tl.auto_schedule(C, target=VNNI, budget_s=8, measure_on_host=False, seed=0)
+    assert 'intrin="x86.vnni_u8s8_i32"' in s.trace_text()
+    s = tl.auto_schedule(C, target=PLAIN, budget_s=4, measure_on_host=False, seed=0)
+    assert "tensorize" not in s.trace_text()
+
+
+@pytest.mark.slow
+def test_auto_schedule_measured_on_a_vnni_host_is_tensorized_and_correct(rng):
+    if not _host_has("avx512vnni"):
+        pytest.skip("this CPU has no AVX512-VNNI")
+    A, B, C = int8_matmul(256, 256, 256)
+    s = tl.auto_schedule(C, budget_s=20, seed=0)
+    assert "tensorize" in s.trace_text()
+    a, b = _arrays(A, B, rng)
+    c = np.zeros((256, 256), np.int32)
+    tl.build(s, [A, B, C])(a, b, c)
+    np.testing.assert_array_equal(c, a.astype(np.int32) @ b.astype(np.int32))
