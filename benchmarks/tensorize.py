@@ -2,10 +2,10 @@
 `tensorlang.schedule.dot_products`) beside onnxruntime's MatMulInteger (MLAS, VNNI where the
 CPU has it), torch's bfloat16 matmul (oneDNN) and tensorlang's float32 matmul; an int8
 ResNet 3x3 conv (64 -> 64 channels at 56x56) on VNNI beside onnxruntime's ConvInteger and
-QLinearConv; the graph executor's
-`G.matmul_integer` and `G.conv_integer`; a transformer's feed-forward block quantized by
-onnxruntime's `quantize_dynamic`, run by `tensorlang.onnx` and by onnxruntime. In one process, the
-systems taken in turn each round.
+QLinearConv; the graph executor's `G.matmul_integer`, `G.conv_integer` and a bfloat16
+`G.matmul`; a transformer's feed-forward block quantized by onnxruntime's `quantize_dynamic`,
+run by `tensorlang.onnx` and by onnxruntime. In one process, the systems taken in turn each
+round.
 
     python benchmarks/tensorize.py [--n 1024] [--rounds 5] [--calls 40]
 
@@ -168,6 +168,10 @@ def main(argv=None):
         systems["torch bf16 matmul"] = lambda: torch.matmul(ta, tb)
     except ImportError as e:
         print(f"torch is not installed ({e}): its bf16 matmul is left out")
+    ga, gb = G.Variable("ga", (n, n), "bfloat16"), G.Variable("gb", (n, n), "bfloat16")
+    gbf = G.Executor([G.matmul(ga, gb)])
+    gout = np.empty((n, n), ml_dtypes.bfloat16)
+    systems["tensorlang G.matmul bf16"] = lambda: gbf.run({ga: ab, gb: bb}, out=[gout])
     qa, qb = G.Variable("qa", (n, n), "uint8"), G.Variable("qb", (n, n), "int8")
     qex = G.Executor([G.matmul_integer(qa, qb)])
     (qc,) = qex.run({qa: a, qb: b})
@@ -186,6 +190,7 @@ def main(argv=None):
     _ratio(rounds, "tensorlang int8 (VNNI)", "tensorlang float32")
     _ratio(rounds, "tensorlang bf16 (BF16)", "tensorlang float32")
     _ratio(rounds, "tensorlang bf16 (BF16)", "torch bf16 matmul")
+    _ratio(rounds, "tensorlang G.matmul bf16", "torch bf16 matmul")
 
     # the int8 conv: a ResNet layer
     nb, c, h, k = 1, 64, 56, 64

@@ -15,7 +15,9 @@ Steps, each timed beside the float32 matmul of the graph executor:
    registers, `tensorize` on the 16 x 4 block;
 3. bfloat16 on BF16 the same way (blocks of 2 rows);
 4. an instruction of your own: a "4-wide dot" in plain IR, refused on a transposed operand,
-   accepted once the operand is packed.
+   accepted once the operand is packed;
+5. the auto-scheduler finds step 2 on its own: the int8 matmul written as plain loops,
+   `tl.auto_schedule` packs B, tiles and tensorizes (its cost model counts the instruction).
 
 On a CPU without VNNI or BF16 the kernels are built (for a CPU that has them) but not run.
 
@@ -152,6 +154,23 @@ def main():
     zs = np.zeros((M, M), "f4")
     tl.build(s, [X, Yt, Z])(xs, ys, zs)
     np.testing.assert_allclose(zs, xs @ ys, rtol=1e-5, atol=1e-5)
+
+    # 5. the auto-scheduler places the instruction itself: a plain int8 matmul, searched by
+    # the cost model alone for a VNNI CPU (the host where it has VNNI)
+    A8 = tl.placeholder((N, N), "uint8", name="A")
+    B8 = tl.placeholder((N, N), "int8", name="B")
+    kk = tl.reduce_axis((0, N), name="k")
+    C8 = tl.compute((N, N), lambda i, j: tl.sum(
+        A8[i, kk].astype("int32") * B8[kk, j].astype("int32"), axis=kk), name="C")
+    target = "llvm" if HOST.has_feature("avx512vnni") else "llvm -mcpu=znver4"
+    s = tl.auto_schedule(C8, target=target, budget_s=10, measure_on_host=False)
+    print("auto_schedule's choice:")
+    print("\n".join(ln for ln in s.trace_text().splitlines()
+                    if "pack" in ln or "tensorize" in ln))
+    auto = run_or_build("mm_auto", s, [A8, B8, C8], [a, b, np.zeros((N, N), np.int32)],
+                        "avx512vnni", exact)
+    if auto is not None:
+        print(f"int8, auto_schedule:      {rate(auto, (a, b, c))}")
     print("OK")
 
 

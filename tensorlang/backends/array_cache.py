@@ -135,6 +135,11 @@ class ArrayCache:
                 self.misses += 1
         if block is None:
             block = _Block(size)
+        if dtype.kind == "V":
+            # ml_dtypes' types (bfloat16, float8) have no array-interface type string of
+            # their own ("<V2"): the block as unsigned integers of their size, viewed
+            bits = np.dtype(f"u{dtype.itemsize}")
+            return np.asarray(_Lease(block, self, shape, bits)).view(dtype)
         return np.asarray(_Lease(block, self, shape, dtype))
 
     def _kind(self, shape, dtype) -> tuple[int, tuple, np.dtype]:

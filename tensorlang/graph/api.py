@@ -11,15 +11,21 @@ from .node import OPERATORS, ConstValue, GraphError, Node
 from .registry import OPS
 
 _names = itertools.count(1)
-_FLOATS = ("float32", "float64")
+_FLOATS = ("float32", "float64", "bfloat16")
 # integers: forward graphs (no gradients), numpy's rules (uint8 + int8 is int16, a uint8 sum
 # accumulates in int64); the narrow ones carry quantized data (`quantize_linear`)
 _INTS = ("int64", "int32", "int16", "int8", "uint8")
 _DTYPES = _FLOATS + _INTS
-_NAMES = "float32, float64, int64, int32, int16, int8 or uint8"
+_NAMES = "float32, float64, bfloat16, int64, int32, int16, int8 or uint8"
 # ops whose result is floating point for integer inputs, as numpy's (true division, means)
 FLOAT_RESULT = frozenset({"exp", "log", "sin", "cos", "tanh", "sqrt", "sigmoid", "div",
                           "mean", "softmax", "log_softmax", "power", "avg_pool2d"})
+
+
+# ops that sum inside (reductions, convolutions, pools, softmax): of bfloat16 inputs, in
+# float32 (`make`); a bfloat16 matmul sums in float32 inside its kernel (graph/bfloat16.py)
+F32_SUMS = frozenset({"sum", "mean", "conv", "conv2d", "avg_pool2d", "pool", "softmax",
+                      "log_softmax"})
 
 
 def _dtype_name(dtype) -> str | None:
@@ -30,7 +36,8 @@ def _dtype_name(dtype) -> str | None:
 
 
 def Variable(name: str, shape=None, dtype: str = "float32") -> Node:  # noqa: N802
-    """An input fed at run time; shape None takes the fed array's shape."""
+    """An input fed at run time; shape None takes the fed array's shape. `dtype`: float32,
+    float64, bfloat16 (an `ml_dtypes` array), int64, int32, int16, int8 or uint8."""
     if not isinstance(name, str) or not name:
         raise GraphError(f"Variable: name must be a non-empty string, got {name!r}")
     if _dtype_name(dtype) not in _DTYPES:
@@ -47,8 +54,8 @@ def Variable(name: str, shape=None, dtype: str = "float32") -> Node:  # noqa: N8
 
 
 def constant(value, dtype: str | None = None, name: str | None = None) -> Node:
-    """A constant array (a float32 or float64 array; Python numbers are float32 unless
-    `dtype` says otherwise)."""
+    """A constant array (its own dtype where the graph takes it: float32, float64, bfloat16
+    or an integer; Python numbers are float32 unless `dtype` says otherwise)."""
     arr = np.asarray(value)
     if dtype is None:
         dtype = arr.dtype if arr.dtype.name in _DTYPES else "float32"
@@ -73,10 +80,17 @@ def _as_node(x, like: Node | None) -> Node:
 
 
 def make(op: str, inputs, **attrs) -> Node:
-    """A node of primitive op `op`; its shape and dtype come from the op's rules."""
+    """A node of primitive op `op`; its shape and dtype come from the op's rules. An op
+    that sums (`F32_SUMS`) of bfloat16 inputs sums in float32 and rounds its result once,
+    as torch's: bfloat16 sums would lose a long row's small terms (1 + 256 is 256)."""
     d = OPS[op]
     first = next((i for i in inputs if isinstance(i, Node)), None)
     nodes = tuple(_as_node(i, first) for i in inputs)
+    if op in F32_SUMS and any(n.dtype == "bfloat16" for n in nodes):
+        from .model_ops import cast
+
+        wide = [cast(n, "float32") if n.dtype == "bfloat16" else n for n in nodes]
+        return cast(make(op, wide, **attrs), "bfloat16")
     shapes = [n.shape for n in nodes]
     shape = None
     if all(s is not None for s in shapes):
@@ -171,6 +185,7 @@ def _wide(x):
 
 
 def sum(x, axis=None, keepdims: bool = False):  # noqa: A001
+    """The sum (small integers in int64, as numpy's; bfloat16 in float32: `make`)."""
     return make("sum", (_wide(x),), axis=_axis(axis), keepdims=bool(keepdims))
 
 
@@ -224,7 +239,8 @@ def slice(x, axis: int, start: int, stop: int):  # noqa: A001
 
 # ------------------------------------------------------------------- linear algebra, nn
 def matmul(a, b):
-    """Batched matrix product (numpy's matmul for 2-D and higher operands)."""
+    """Batched matrix product (numpy's matmul for 2-D and higher operands). Of bfloat16
+    operands: float32 sums, rounded once (on AVX512-BF16 where the target has it)."""
     return make("matmul", (a, b), ta=False, tb=False)
 
 

@@ -17,6 +17,7 @@ from ..schedule.recipes import (accumulate_channels, accumulate_in_registers, co
                                 names, tile_columns, vector_sum, vector_tile,
                                 vectors_inside_reduction)
 from ..target import MAX_TILE_ROWS
+from .bfloat16 import schedule_matmul_bf16
 from .quantized import schedule_conv_integer, schedule_matmul_integer
 from ..te.reduce import MINMAX_COMBINERS
 
@@ -115,8 +116,9 @@ def default_schedule(out: tl.Tensor, kind: str, work: int, fresh=None,
     parallel when the work is large. `fresh()` makes the schedule to start from (default:
     `create_schedule(out)`); when a primitive is refused, that schedule is used as it is.
     `anchor` is the matmul whose elementwise epilogue `out` is (kind "matmul"). An integer
-    matmul (kind "matmul_integer") takes `target`'s dot-product instruction where it has
-    one (`quantized.schedule_matmul_integer`; `target` default this machine)."""
+    matmul (kind "matmul_integer") and a bfloat16 one ("matmul_bf16") take `target`'s
+    dot-product instruction where it has one (`quantized.schedule_matmul_integer`,
+    `bfloat16.schedule_matmul_bf16`; `target` default this machine)."""
     fresh = fresh or (lambda: tl.create_schedule(out))
     try:
         s = fresh()
@@ -145,6 +147,9 @@ def default_schedule(out: tl.Tensor, kind: str, work: int, fresh=None,
             return s
         elif kind == "matmul_integer":
             schedule_matmul_integer(s, out, target or _host())
+            return s
+        elif kind == "matmul_bf16":
+            schedule_matmul_bf16(s, out, target or _host())
             return s
         elif kind == "conv_integer":
             schedule_conv_integer(s, out, target or _host())

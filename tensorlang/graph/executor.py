@@ -204,7 +204,7 @@ def _compile_missing(keys: list, target: str, schedules: str) -> dict:
     made, pending = {}, []
     for key in keys:
         members, shapes, dtypes = key[:3]
-        mode = resolved_mode(members, shapes, schedules)
+        mode = resolved_mode(members, shapes, schedules, dtypes)
         digest = KC.group_digest(members, shapes, dtypes, mode) if store is not None else None
         if store is not None and digest is None:
             debug_print(1, f"kernel cache: the group {members!r} does not print as plain "
@@ -275,14 +275,17 @@ def _from_entry(key: tuple, mode: str, meta: dict, obj: bytes):
     return mod, used
 
 
-def resolved_mode(members: tuple, shapes: tuple, schedules: str) -> str:
+def resolved_mode(members: tuple, shapes: tuple, schedules: str, dtypes: tuple = ()) -> str:
     """Which schedule a CPU group gets (`schedule_group`'s `schedules` resolved): "auto",
     "model" or "hand"."""
     if schedules == "default":
         schedules = "auto" if tune_log() is not None else "model"
-    if schedules in ("model", "auto") and any(op in HAND_ONLY for op, _, _ in members):
-        debug_print(1, f"executor: {members[-1][0]} keeps its hand schedule: the search does "
-                       "not place dot-product instructions")
+    if schedules in ("model", "auto") and (
+            any(op in HAND_ONLY for op, _, _ in members) or
+            "bfloat16" in dtypes and any(op == "matmul" for op, _, _ in members)):
+        debug_print(1, f"executor: {members[-1][0]} keeps its hand schedule: its kernel is "
+                       "written in a dot-product instruction's packed layout, which the "
+                       "search's sketches do not take")
         return "hand"
     if schedules == "model":
         tshapes: list = []
@@ -369,7 +372,7 @@ def schedule_group_for_cache(members: tuple, shapes: tuple, dtypes: tuple,
         return gpu_schedule(out, kind, fresh, anchor, tuple(m[0] for m in members)), ins, \
             out, None, None, "gpu"
     work = _work(tshapes[-1], shapes)
-    mode = resolved_mode(members, shapes, schedules)
+    mode = resolved_mode(members, shapes, schedules, dtypes)
     if schedules in ("default", "model") and mode == "hand":
         debug_print(1, f"executor: {out.name} ({work} multiply-adds) keeps the hand schedule: "
                        f"below MODEL_MIN_WORK ({MODEL_MIN_WORK}), no search")
@@ -399,7 +402,9 @@ def schedule_group_for_cache(members: tuple, shapes: tuple, dtypes: tuple,
 
 
 SCHEDULES = ("default", "model", "auto", "hand")
-# ops whose kernels keep the hand schedule (the search does not place instructions)
+# ops whose kernels keep the hand schedule, and so do bfloat16 matmuls: their kernels are
+# written in an instruction's packed layout (the search's dot-product sketch takes a plain
+# dot product and packs it itself)
 HAND_ONLY = frozenset({"matmul_integer", "conv_integer"})
 MODEL_BUDGET_S = 30.0    # seconds at most of the model-only search per kernel (a cap: the
                          # search is a fixed number of candidates, well under it)

@@ -406,7 +406,7 @@ def abs(x):  # noqa: A001
 
 
 # ----------------------------------------------------------------------- casts
-_CASTS = ("float32", "float64", "int64", "int32", "int16", "int8", "uint8")
+_CASTS = ("float32", "float64", "bfloat16", "int64", "int32", "int16", "int8", "uint8")
 
 
 def _cast_te(ts, shapes, out, dtype):
@@ -419,8 +419,9 @@ register_op("cast", lambda x, dtype: x.astype(dtype), lambda s, dtype: tuple(s),
 
 
 def cast(x, dtype: str):
-    """`x` converted to `dtype` (float32, float64, int64, int32, int16, int8 or uint8), as
-    numpy's `astype`: float to int truncates, integers wrap. A float out of the integer's
+    """`x` converted to `dtype` (float32, float64, bfloat16, int64, int32, int16, int8 or
+    uint8), as numpy's `astype`: float to int truncates, integers wrap, float to bfloat16
+    rounds to nearest even. A float out of the integer's
     range has no defined result (numpy's neither): clip it first (`quantize_linear` does)."""
     dtype = str(np.dtype(dtype))
     if dtype not in _CASTS:

@@ -27,7 +27,7 @@ from .node import GraphError, Node
 from .ops import _elementwise
 from .registry import register_op
 from ..config import debug_print
-from ..schedule.dot_products import dot_tile, schedule_blocked_conv
+from ..schedule.dot_products import schedule_blocked_conv, schedule_packed_dot
 from ..te.intrin import all as all_, if_then_else
 
 LANES, DEPTH = 16, 4            # vpdpbusd: 16 int32 sums of 4 byte products each
@@ -259,66 +259,18 @@ register_op("matmul_integer", _mmi_ref, _mmi_shape, _no_grad("matmul_integer"),
 
 
 def schedule_matmul_integer(s: tl.Schedule, out: tl.Tensor, target: tl.Target) -> None:
-    """The kernel's schedule (see the module): D in register tiles over row tiles in
-    parallel, its 16 x 4 blocks on `vpdpbusd` where `target` has AVX512-VNNI; a
-    correction of D of the same size reads each tile from L1 (D computed at its tiles), one
-    of padded sizes runs after D, vectorized."""
+    """The kernel's schedule (see the module): D on `vpdpbusd` where `target` has
+    AVX512-VNNI (`dot_products.schedule_packed_dot`), the operands' sums vectorized."""
     stages = {st.op.name: st.op.output for st in s.stages}
-    D = stages["D"]
-    Bp = next(t for t in D.op.input_tensors if len(t.shape) == 4)   # a stage, or packed
-    m = int(D.shape[0].value)
-    i, j = D.op.axis
-    (r,) = D.op.reduce_axis
-    st = s[D]
-    at_tiles = out is not D and [int(x.value) for x in D.shape] == \
-        [int(x.value) for x in out.shape]
-    # B's panels (64 columns, all of k) in blocks that fit half the L2, outermost: the row
-    # tiles read a block from L2 and A streams once per block. With the row tiles
-    # outermost, each would read all of B from the L3 (a 768 x 3072 B at 128 rows: 32
-    # reads of 2.4 MB).
-    kp = int(Bp.shape[1].value) * DEPTH
-    per_block = max(1, target.cache_bytes[1] // 2 // (kp * LANES * VECS))
-    blocked = int(Bp.shape[0].value) > per_block * VECS
-    if "Bp" in stages:
-        s[Bp].parallel(Bp.op.axis[0])
     intrin = None
     if target.has_feature("avx512vnni"):
         from ..intrin import x86
         intrin = x86.vnni_u8s8_i32
     else:
-        debug_print(1, f"matmul_integer {tuple(int(x.value) for x in D.shape)}: the target "
+        debug_print(1, f"matmul_integer {tuple(int(x.value) for x in out.shape)}: the target "
                        "has no AVX512-VNNI; the packed nest runs with its lanes vectorized")
-    if at_tiles:
-        # D in tiles computed at the output's tiles: the correction reads each tile from L1
-        oi, oj = out.op.axis
-        oio, oii = s[out].split(oi, factor=ROWS)
-        ojo, oji = s[out].split(oj, factor=LANES * VECS)
-        if blocked:
-            ojb, ojo = s[out].split(ojo, factor=per_block)
-            s[out].reorder(ojb, oio, ojo, oii, oji)
-        else:
-            s[out].reorder(oio, ojo, oii, oji)
-        s[out].vectorize(s[out].split(oji, factor=LANES)[1])
-        if m > ROWS:
-            s[out].parallel(oio)
-        st.compute_at(s[out], ojo)
-        jm, ji = st.split(j, factor=LANES)
-        ko, ki = st.split(r, factor=DEPTH)
-        st.reorder(ko, i, jm, ji, ki)
-        st.unroll(i)
-        st.unroll(jm)
-        if intrin is not None:
-            st.tensorize(ji, intrin)
-        else:
-            st.reorder(ko, i, jm, ki, ji)
-            st.vectorize(ji)
-    else:                       # (B's panels in blocks as above: `dot_tile`'s per_block)
-        dot_tile(st, LANES, DEPTH, intrin, ROWS, VECS, per_block)
-    if out is not D and not at_tiles:
-        oi, oj = out.op.axis
-        s[out].vectorize(s[out].split(oj, factor=LANES)[1])
-        if m > ROWS:
-            s[out].parallel(oi)
+    schedule_packed_dot(s, stages["D"], out, LANES, DEPTH, intrin, target.cache_bytes[1] // 2,
+                        ROWS, VECS)
     for name in ("Ap", "rowa"):
         if name in stages:
             s[stages[name]].parallel(stages[name].op.axis[0])

@@ -91,6 +91,59 @@ def dot_tile(st, lanes: int, depth: int, intrin=None, rows: int = 4, vecs: int =
     return False
 
 
+def schedule_packed_dot(s, D, out, lanes: int, depth: int, intrin=None, block_bytes: int = 0,
+                        rows: int = 4, vecs: int = 4) -> None:
+    """The graph's packed dot-product kernels' schedule (`G.matmul_integer`'s, a bfloat16
+    matmul's): D[i, j] = sum_k a[i, k] * Bp[j / lanes, k / depth, lanes, depth] (Bp a
+    stage named "Bp", or an input packed beforehand) in `dot_tile`'s register tiles, B's
+    column panels in blocks of `block_bytes` outside the row tiles; `out`, a stage of D's
+    size that reads it (a correction, a cast), computed a tile at a time with D's tile
+    computed at it (read from L1); one of another size (D padded to whole blocks) after D,
+    vectorized."""
+    st = s[D]
+    *batch, i, j = D.op.axis
+    (r,) = D.op.reduce_axis
+    m = int(D.shape[-2].value)
+    Bp = next(t for t in D.op.input_tensors if len(t.shape) == 4 + len(batch))
+    if any(x.op.output is Bp for x in s.stages):
+        s[Bp].parallel(Bp.op.axis[0])
+    kp = int(Bp.shape[-3].value) * depth
+    per_block = panels_per_block(kp, lanes * vecs, Bp.dtype.itemsize, block_bytes)
+    if out is D:
+        dot_tile(st, lanes, depth, intrin, rows, vecs, per_block)
+        return
+    *ob, oi, oj = out.op.axis
+    if [int(x.value) for x in D.shape] != [int(x.value) for x in out.shape]:
+        dot_tile(st, lanes, depth, intrin, rows, vecs, per_block)
+        s[out].vectorize(s[out].split(oj, factor=lanes)[1])
+        if m > rows or ob:
+            s[out].parallel(s[out].fuse(*ob, oi) if ob else oi)
+        return
+    oio, oii = s[out].split(oi, factor=rows)
+    ojo, oji = s[out].split(oj, factor=lanes * vecs)
+    if per_block and int(Bp.shape[-4].value) > per_block * vecs:
+        ojb, ojo = s[out].split(ojo, factor=per_block)
+        s[out].reorder(*ob, ojb, oio, ojo, oii, oji)
+    else:
+        s[out].reorder(*ob, oio, ojo, oii, oji)
+    s[out].vectorize(s[out].split(oji, factor=lanes)[1])
+    if ob:
+        s[out].parallel(s[out].fuse(*ob) if len(ob) > 1 else ob[0])
+    elif m > rows:
+        s[out].parallel(oio)
+    st.compute_at(s[out], ojo)
+    jm, ji = st.split(j, factor=lanes)
+    ko, ki = st.split(r, factor=depth)
+    st.reorder(*batch, ko, i, jm, ji, ki)
+    st.unroll(i)
+    st.unroll(jm)
+    if intrin is not None:
+        st.tensorize(ji, intrin)
+    else:
+        st.reorder(*batch, ko, i, jm, ki, ji)
+        st.vectorize(ji)
+
+
 def blocked_conv2d(n: int, c: int, h: int, k: int, cols: int, intrin):
     """(schedule, [X, W, Y]) of an int8 3x3 conv, pad 1, X uint8 [n, c, h, h], W int8
     [k, c, 3, 3], Y int32 NCHW (see the module); c a multiple of 4, k of 16."""
