@@ -224,7 +224,37 @@ def main(argv=None):
     _ratio(crounds, "tensorlang int8 conv (VNNI)", "onnxruntime ConvInteger")
     _ratio(crounds, "tensorlang int8 conv (VNNI)", "onnxruntime QLinearConv")
     _ratio(crounds, "tensorlang G.conv_integer", "onnxruntime QLinearConv")
+    _bf16_conv(rng, nb, c, h, k, args)
     _quantized_ffn(rng, threads, args)
+
+
+def _bf16_conv(rng, nb: int, c: int, h: int, k: int, args) -> None:
+    """The same ResNet layer in bfloat16 (float32 sums): the graph executor's `G.conv2d`
+    (on AVX512-BF16 where the CPU has it), its float32 conv, and torch's bfloat16 conv2d."""
+    xv = rng.standard_normal((nb, c, h, h)).astype(ml_dtypes.bfloat16)
+    wv = rng.standard_normal((k, c, 3, 3)).astype(ml_dtypes.bfloat16)
+    x, xf = G.Variable("x", xv.shape, "bfloat16"), G.Variable("xf", xv.shape, "float32")
+    ex = G.Executor([G.conv2d(x, G.constant(wv), padding=1)])
+    exf = G.Executor([G.conv2d(xf, G.constant(wv.astype("f4")), padding=1)])
+    out, outf, xfv = np.empty((nb, k, h, h), xv.dtype), np.empty((nb, k, h, h), "f4"), \
+        xv.astype("f4")
+    ex.run({x: xv}, out=[out])
+    exf.run({xf: xfv}, out=[outf])
+    np.testing.assert_allclose(out.astype("f4"), outf, rtol=2 ** -7, atol=0.1)
+    systems = {"tensorlang G.conv2d bf16": lambda: ex.run({x: xv}, out=[out]),
+               "tensorlang G.conv2d float32": lambda: exf.run({xf: xfv}, out=[outf])}
+    try:
+        import torch
+        import torch.nn.functional as F
+
+        tx, tw = (torch.from_numpy(v.view(np.int16)).view(torch.bfloat16) for v in (xv, wv))
+        systems["torch bf16 conv2d"] = lambda: F.conv2d(tx, tw, padding=1)
+    except ImportError as e:
+        print(f"torch is not installed ({e}): its bf16 conv2d is left out")
+    rounds = _rounds(systems, 2.0 * nb * k * c * 9 * h * h, args.rounds, args.calls)
+    _table(f"bfloat16 conv2d 3x3 {nb}x{c}x{h}x{h} -> {k}, pad 1 (float32 sums)", rounds)
+    _ratio(rounds, "tensorlang G.conv2d bf16", "torch bf16 conv2d")
+    _ratio(rounds, "tensorlang G.conv2d bf16", "tensorlang G.conv2d float32")
 
 
 def _quantized_ffn(rng, threads: int, args) -> None:

@@ -23,8 +23,9 @@ FLOAT_RESULT = frozenset({"exp", "log", "sin", "cos", "tanh", "sqrt", "sigmoid",
 
 
 # ops that sum inside (reductions, convolutions, pools, softmax): of bfloat16 inputs, in
-# float32 (`make`); a bfloat16 matmul sums in float32 inside its kernel (graph/bfloat16.py)
-F32_SUMS = frozenset({"sum", "mean", "conv", "conv2d", "avg_pool2d", "pool", "softmax",
+# float32 (`make`); a bfloat16 matmul and conv2d sum in float32 inside their kernels
+# (graph/bfloat16.py)
+F32_SUMS = frozenset({"sum", "mean", "conv", "avg_pool2d", "pool", "softmax",
                       "log_softmax"})
 
 
@@ -86,11 +87,17 @@ def make(op: str, inputs, **attrs) -> Node:
     d = OPS[op]
     first = next((i for i in inputs if isinstance(i, Node)), None)
     nodes = tuple(_as_node(i, first) for i in inputs)
-    if op in F32_SUMS and any(n.dtype == "bfloat16" for n in nodes):
+    if any(n.dtype == "bfloat16" for n in nodes) and (
+            op in F32_SUMS or op in ("matmul", "conv2d") and
+            any(n.dtype != "bfloat16" for n in nodes)):
+        # (a matmul or conv2d of bfloat16 and another type: in float32 throughout, its
+        # result the promoted type, as numpy's)
         from .model_ops import cast
 
         wide = [cast(n, "float32") if n.dtype == "bfloat16" else n for n in nodes]
-        return cast(make(op, wide, **attrs), "bfloat16")
+        got = make(op, wide, **attrs)
+        promoted = np.result_type(*[n.dtype for n in nodes]).name
+        return cast(got, "bfloat16") if promoted == "bfloat16" else got
     shapes = [n.shape for n in nodes]
     shape = None
     if all(s is not None for s in shapes):

@@ -17,7 +17,7 @@ from ..schedule.recipes import (accumulate_channels, accumulate_in_registers, co
                                 names, tile_columns, vector_sum, vector_tile,
                                 vectors_inside_reduction)
 from ..target import MAX_TILE_ROWS
-from .bfloat16 import schedule_matmul_bf16
+from .bfloat16 import schedule_conv_bf16, schedule_matmul_bf16
 from .quantized import schedule_conv_integer, schedule_matmul_integer
 from ..te.reduce import MINMAX_COMBINERS
 
@@ -150,6 +150,9 @@ def default_schedule(out: tl.Tensor, kind: str, work: int, fresh=None,
             return s
         elif kind == "matmul_bf16":
             schedule_matmul_bf16(s, out, target or _host())
+            return s
+        elif kind == "conv_bf16":
+            schedule_conv_bf16(s, out, target or _host())
             return s
         elif kind == "conv_integer":
             schedule_conv_integer(s, out, target or _host())

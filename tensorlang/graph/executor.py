@@ -282,7 +282,7 @@ def resolved_mode(members: tuple, shapes: tuple, schedules: str, dtypes: tuple =
         schedules = "auto" if tune_log() is not None else "model"
     if schedules in ("model", "auto") and (
             any(op in HAND_ONLY for op, _, _ in members) or
-            "bfloat16" in dtypes and any(op == "matmul" for op, _, _ in members)):
+            "bfloat16" in dtypes and any(op in ("matmul", "conv2d") for op, _, _ in members)):
         debug_print(1, f"executor: {members[-1][0]} keeps its hand schedule: its kernel is "
                        "written in a dot-product instruction's packed layout, which the "
                        "search's sketches do not take")
@@ -337,8 +337,11 @@ def schedule_group_for_cache(members: tuple, shapes: tuple, dtypes: tuple,
         out_shape = tuple(OPS[op].shape(*arg_shapes, **kw))
         cpu = backend_kind(target) not in GPU_KINDS
         block = conv_block(out_shape, arg_shapes[1], str(args[0].dtype)) \
-            if op == "conv2d" and cpu else None
-        if block is not None:       # channels in vectors (NCHW[x]c), see cpu_schedules
+            if op == "conv2d" and cpu and str(args[0].dtype) != "bfloat16" else None
+        if op == "conv2d" and cpu and str(args[0].dtype) == str(args[1].dtype) == "bfloat16":
+            from .bfloat16 import conv2d_te      # float32 sums on vdpbf16ps
+            t, kind = conv2d_te(args, arg_shapes, out_shape, **kw)
+        elif block is not None:     # channels in vectors (NCHW[x]c), see cpu_schedules
             t, kind = conv2d_blocked_te(args, arg_shapes, out_shape, block=block[0], **kw)
         elif op == "conv" and cpu:  # the general conv: register tiles per group
             debug_print(1, f"executor: conv {tuple(arg_shapes[0])} * {tuple(arg_shapes[1])}"
@@ -534,8 +537,8 @@ def prepacked_members(g, ins, members, shapes, dtypes) -> tuple:
     idtypes, packs = [dtypes[i.id] for i in ins], []
     for j, (op, attrs, operands) in enumerate(members):
         src, k = operands[1] if op == "conv2d" else (None, None)
-        if src != "in" or ins[k].op != "constant":
-            continue
+        if src != "in" or ins[k].op != "constant" or dtypes[ins[k].id] == "bfloat16":
+            continue                # (a bfloat16 conv packs its own: graph/bfloat16.py)
         w, node = ins[k], g[j]
         block = conv_block(shapes[node.id], shapes[w.id], dtypes[w.id])
         if block is None:

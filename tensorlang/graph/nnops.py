@@ -37,6 +37,9 @@ def conv2d_ref(x, w, stride, padding):
     win = _windows(x, w.shape[2], stride, padding)         # n c oh ow kh kw (square kernels)
     if w.shape[2] != w.shape[3]:
         raise ValueError("the reference handles square kernels")
+    if x.dtype.name == "bfloat16":      # float32 sums, rounded once (as the kernel's)
+        return np.einsum("ncijpq,ocpq->noij", win.astype(np.float32),
+                         w.astype(np.float32)).astype(x.dtype)
     return np.einsum("ncijpq,ocpq->noij", win, w)
 
 

@@ -122,3 +122,41 @@ def test_convolutions_and_softmax_of_bfloat16_sum_in_float32(rng):
     _close(conv, want.astype(BF16), 5.0)
     e = np.exp(fx - fx.max(-1, keepdims=True))
     _close(sm, (e / e.sum(-1, keepdims=True)).astype(BF16), 0.0)
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=x86-64"])
+@pytest.mark.parametrize("n,c,h,k,ks,stride,pad", [
+    (1, 1, 1, 1, 1, 1, 0), (1, 3, 9, 5, 3, 1, 1), (2, 7, 13, 17, 3, 2, 1),
+    (1, 16, 16, 32, 3, 1, 1)])
+def test_conv2d_sums_in_float32_on_bf16_blocks(n, c, h, k, ks, stride, pad, target, rng):
+    x = G.Variable("x", (n, c, h, h), "bfloat16")
+    xv, wv = _bf(rng, (n, c, h, h)), _bf(rng, (k, c, ks, ks))
+    fx, fw = xv.astype(np.float64), wv.astype(np.float64)
+    p = np.pad(fx, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    win = np.lib.stride_tricks.sliding_window_view(p, (ks, ks), axis=(2, 3))
+    want = np.einsum("ncijpq,ocpq->noij", win[:, :, ::stride, ::stride], fw)
+    for w in (G.Variable("w", wv.shape, "bfloat16"), G.constant(wv)):
+        y = G.conv2d(x, w, stride=stride, padding=pad)
+        assert y.dtype == "bfloat16"
+        feed = {x: xv} if w.op == "constant" else {x: xv, w: wv}
+        (got,) = G.Executor([y], target=target).run(feed)
+        _close(got, want.astype(BF16), np.sqrt(c * ks * ks))
+
+
+def test_the_conv_uses_the_bf16_instruction_where_the_target_has_it():
+    members = (("conv2d", (("padding", 1), ("stride", 1)), (("in", 0), ("in", 1))),)
+    shapes, dtypes = ((1, 16, 14, 14), (32, 16, 3, 3)), ("bfloat16", "bfloat16")
+    s, _, _ = schedule_group(members, shapes, dtypes, "llvm -mcpu=znver4", "default")
+    assert 'intrin="x86.bf16_dot_f32"' in s.trace_text()
+    s, _, _ = schedule_group(members, shapes, dtypes, "llvm -mcpu=x86-64", "default")
+    assert "tensorize" not in s.trace_text()
+
+
+def test_mixed_bfloat16_and_float32_promote_as_numpy(rng):
+    x = G.Variable("x", (4, 6), "bfloat16")
+    y = G.Variable("y", (6, 3), "float32")
+    xv, yv = _bf(rng, (4, 6)), rng.standard_normal((6, 3)).astype(np.float32)
+    node = G.matmul(x, y)
+    assert node.dtype == "float32"
+    (got,) = G.Executor([node]).run({x: xv, y: yv})
+    np.testing.assert_allclose(got, xv.astype(np.float32) @ yv, rtol=1e-5, atol=1e-5)
