@@ -119,7 +119,10 @@ def sample(outputs, target, rng: random.Random) -> Schedule:
         elif st.op.is_recurrence and len(spatial) >= 2 and rng.random() < 0.4:
             _wavefront(st, rng, lanes, tgt)
         elif red and (wide or chan) and rng.random() < 0.75:
-            if chan is not None and rng.random() < _channel_odds(st, lanes, wide):
+            conv = _conv_operands(st, tgt, *chan) if chan is not None else None
+            if conv is not None and rng.random() < 0.75:
+                _conv_instruction_tile(s, st, tgt, rng, *chan, *conv)
+            elif chan is not None and rng.random() < _channel_odds(st, lanes, wide):
                 _channel_tile(s, st, tgt, lanes, rng, *chan)
             else:
                 _register_tile(s, st, tgt, lanes, rng)
@@ -482,6 +485,115 @@ def _dot_sketch(s: Schedule, st, tgt, rng: random.Random, intrin, a, b) -> None:
     per_block = panels_per_block(kext, lanes * vecs, b.buffer.dtype.itemsize,
                                  tgt.cache_bytes[1] // 2) if rng.random() < 0.5 else 0
     dot_tile(st, lanes, depth, intrin, rows, vecs, per_block, apply=_try)
+
+
+def _conv_operands(st, tgt, v: str, src, dim: int):
+    """(instruction, x, c) where the channel-blocked stage `st` (output channel axis `v`,
+    which indexes dimension `dim` of weights `src`: `_channel_axis`) computes sums of
+    products that a dot-product instruction of the target takes: its two reads are the
+    weights and an input x, a reduce axis c indexes both plainly (the input channels), the
+    operands' and the sum's types are the instruction's (the weights its `b`, whose rows
+    the instruction's lanes take); None otherwise."""
+    from ..intrin import dot_instructions
+    from ..ir.expr import Load, Var
+    from ..ir.visit import walk
+    from ..te.reduce import combiner_name
+
+    if combiner_name(st.op) != "sum":
+        return None
+    loads = [e for e in walk(st.op.body) if isinstance(e, Load)]
+    ws = [e for e in loads if e.buffer is src]
+    xs = [e for e in loads if e.buffer is not src]
+    if len(loads) != 2 or len(ws) != 1 or _index_dims(ws[0]) is None:
+        return None
+    w, x = ws[0], xs[0]
+    plain_x = {i.name for i in x.indices if isinstance(i, Var)}
+    for intrin in dot_instructions(tgt):
+        if str(st.op.output.dtype) != str(intrin.desc.dtype) or \
+                [str(x.buffer.dtype), str(w.buffer.dtype)] != [str(t.dtype)
+                                                               for t in intrin.inputs]:
+            continue
+        for ax in st.op.reduce_axis:
+            c = ax.var.name
+            if c in _index_dims(w) and c in plain_x:
+                return intrin, x, c
+    return None
+
+
+def _conv_instruction_tile(s: Schedule, st, tgt, rng: random.Random, v: str, src, dim: int,
+                           intrin, x, c: str) -> None:
+    """The channel-blocked tile (`_channel_tile`) on a dot-product instruction: the input x
+    packed along its channels c by the instruction's depth (a padded input stage inlined
+    into the packing), the weights packed into its layout ([v / lanes, c / depth, ...,
+    lanes, depth]: two `pack`s, the first inlined, the storage reordered), the local tile of
+    rn columns x `lanes` channels with c split by the depth and the lanes x depth block
+    below the columns tensorized (isl checks it; where refused, the lanes vectorized)."""
+    from ..ir.expr import Var
+
+    lanes, depth = intrin.extents[0], intrin.extents[-1]
+    out = st.op.output
+    axes = [a.var.name for a in st.op.axis]
+    j = axes[-1]
+    dc = next(d for d, i in enumerate(x.indices) if isinstance(i, Var) and i.name == c)
+    xsrc = x.buffer
+    xp = _try(s, "pack", xsrc, dc, depth, [st])
+    if xp is None:
+        _channel_tile(s, st, tgt, tgt.vector_lanes(str(out.dtype)), rng, v, src, dim)
+        return
+    if not any(xsrc is p for p in s.placeholders):
+        _try(s[xsrc], "compute_inline")             # (a padded input: packed directly)
+    _try(s[xp], "parallel", s[xp].op.axis[0].var.name)
+    wd = _index_dims(next(e for e in _loads(st) if e.buffer is src))
+    wp = _try(s, "pack", src, dim, lanes, [st])
+    if wp is not None:
+        dk = 1 + (wd[c] if wd[c] < dim else wd[c] - 1)
+        wpp = _try(s, "pack", wp, dk, depth, [st])
+        if wpp is not None:
+            ax = [a.var.name for a in s[wpp].op.axis]
+            wpp = _try(s[wpp], "reorder_storage", ax[1], ax[0], *ax[2:]) or wpp
+            _try(s[wp], "compute_inline")
+            _try(s[wpp], "parallel", s[wpp].op.axis[0].var.name)
+    local = _try(s, "cache_write", out, "local")
+    if local is None:
+        _parallel_outer(s[out], rng)
+        return
+    local = _try(s[local], "reorder_storage", *[a for a in axes if a != v], v) or local
+    nj = _extent(st.op.axis[-1]) or 1
+    fits = tile_columns(nj, tgt.vector_registers)
+    rn = fits[-1] if fits and rng.random() < 0.5 else rng.choice(
+        [r for r in (4, 6, 7, 8, 12, 14) if r <= max(nj, 4)] or [4])
+    cs = s[out]
+    if _try(cs, "tile", v, j, lanes, rn) is None:
+        _parallel_outer(cs, rng)
+        return
+    k = axes.index(v)
+    pre, mid = axes[:k], axes[k + 1:-1]
+    _try(cs, "reorder", *pre, f"{v}.outer", *mid, f"{j}.outer", f"{j}.inner", f"{v}.inner")
+    _try(cs, "vectorize", f"{v}.inner")
+    lt = s[local]
+    if _try(lt, "compute_at", cs, f"{j}.outer") is not None:
+        red = [a.var.name for a in lt.op.reduce_axis]
+        outer = [a for a in axes if a not in (v, j)]
+        # (the tile's channels split by the lanes: the instruction's axis counts from 0)
+        if _try(lt, "split", c, factor=depth) is not None and \
+                _try(lt, "split", v, factor=lanes) is not None:
+            rest = [r for r in red if r != c]
+            vo, vi = f"{v}.outer", f"{v}.inner"
+            _try(lt, "reorder", *outer, vo, f"{c}.outer", *rest, j, vi, f"{c}.inner")
+            _try(lt, "unroll", j)
+            if _try(lt, "tensorize", vi, intrin) is None:
+                _try(lt, "reorder", *outer, vo, f"{c}.outer", *rest, j, f"{c}.inner", vi)
+                _try(lt, "vectorize", vi)
+    f = _try(cs, "fuse", *pre, f"{v}.outer", *mid) if len(pre) + len(mid) >= 1 else None
+    if f is None or _try(cs, "parallel", f) is None:
+        _parallel_outer(cs, rng)
+
+
+def _loads(st) -> list:
+    from ..ir.expr import Load
+    from ..ir.visit import walk
+
+    return [e for e in walk(st.op.body) if isinstance(e, Load)]
 
 
 def _channel_axis(s: Schedule, st, lanes: int):
