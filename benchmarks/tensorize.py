@@ -7,7 +7,7 @@ QLinearConv; the graph executor's `G.matmul_integer`, `G.conv_integer` and a bfl
 run by `tensorlang.onnx` and by onnxruntime. In one process, the systems taken in turn each
 round.
 
-    python benchmarks/tensorize.py [--n 1024] [--rounds 5] [--calls 40]
+    python benchmarks/tensorize.py [--n 1024] [--rounds 5] [--calls 40] [--auto 20]
 
 Prints the CPU, each system's best and median round (GOPS: a multiply-add counted as two
 operations), and the ratios the tensorize issue asks for: int8 / onnxruntime, int8 /
@@ -122,6 +122,9 @@ def main(argv=None):
     p.add_argument("--n", type=int, default=1024)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--calls", type=int, default=40)
+    p.add_argument("--auto", type=float, default=0.0, metavar="BUDGET_S",
+                   help="also time the int8 matmul and conv as `tl.auto_schedule` finds "
+                        "them from plain loops, by its cost model alone in BUDGET_S seconds")
     args = p.parse_args(argv)
     n = args.n
     host = tl.Target.parse("llvm")
@@ -177,6 +180,16 @@ def main(argv=None):
     (qc,) = qex.run({qa: a, qb: b})
     np.testing.assert_array_equal(qc, a.astype(np.int32) @ b.astype(np.int32))
     systems["tensorlang G.matmul_integer"] = lambda: qex.run({qa: a, qb: b}, out=[c])
+    if args.auto:
+        A8, B8 = tl.placeholder((n, n), "uint8", name="A"), tl.placeholder((n, n), "int8", name="B")
+        r = tl.reduce_axis((0, n), name="k")
+        C8 = tl.compute((n, n), lambda i, j: tl.sum(
+            A8[i, r].astype("int32") * B8[r, j].astype("int32"), axis=r), name="C")
+        fa = _auto(C8, [A8, B8, C8], args.auto)
+        ca = np.zeros((n, n), np.int32)
+        fa(a, b, ca)
+        np.testing.assert_array_equal(ca, a.astype(np.int32) @ b.astype(np.int32))
+        systems["tensorlang auto_schedule int8"] = lambda: fa(a, b, ca)
     x, y = G.Variable("x", (n, n), "float32"), G.Variable("y", (n, n), "float32")
     ex = G.Executor([G.matmul(x, y)])
     xf, yf = a.astype("f4"), b.astype("f4")
@@ -187,6 +200,7 @@ def main(argv=None):
            f"{n}^3, {args.rounds} rounds of {args.calls} calls, systems in turn", rounds)
     _ratio(rounds, "tensorlang int8 (VNNI)", "onnxruntime MatMulInteger")
     _ratio(rounds, "tensorlang G.matmul_integer", "onnxruntime MatMulInteger")
+    _ratio(rounds, "tensorlang auto_schedule int8", "onnxruntime MatMulInteger")
     _ratio(rounds, "tensorlang int8 (VNNI)", "tensorlang float32")
     _ratio(rounds, "tensorlang bf16 (BF16)", "tensorlang float32")
     _ratio(rounds, "tensorlang bf16 (BF16)", "torch bf16 matmul")
@@ -212,6 +226,22 @@ def main(argv=None):
     (gy,) = gex.run({gx: x8})
     np.testing.assert_array_equal(gy, want)
     convs["tensorlang G.conv_integer"] = lambda: gex.run({gx: x8}, out=[y8])
+    if args.auto:
+        X = tl.placeholder((nb, c, h, h), "uint8", name="X")
+        W = tl.placeholder((k, c, 3, 3), "int8", name="W")
+        Xpad = tl.compute((nb, c, h + 2, h + 2), lambda b_, ch, y, x: tl.if_then_else(
+            tl.all(y >= 1, y <= h, x >= 1, x <= h), X[b_, ch, y - 1, x - 1],
+            tl.const(0, "uint8")), name="Xpad")
+        rc, ry, rx = (tl.reduce_axis((0, e), name=nm) for e, nm in ((c, "rc"), (3, "ry"),
+                                                                    (3, "rx")))
+        Y = tl.compute((nb, k, h, h), lambda b_, o, y, x: tl.sum(
+            Xpad[b_, rc, y + ry, x + rx].astype("int32") * W[o, rc, ry, rx].astype("int32"),
+            axis=[rc, ry, rx]), name="Y")
+        fy = _auto(Y, [X, W, Y], args.auto)
+        ya = np.zeros((nb, k, h, h), np.int32)
+        fy(x8, w8, ya)
+        np.testing.assert_array_equal(ya, want)
+        convs["tensorlang auto_schedule int8 conv"] = lambda: fy(x8, w8, ya)
     try:
         ci_ = _ort_conv(x8, w8, threads, False)
         np.testing.assert_array_equal(ci_()[0], want)
@@ -224,8 +254,19 @@ def main(argv=None):
     _ratio(crounds, "tensorlang int8 conv (VNNI)", "onnxruntime ConvInteger")
     _ratio(crounds, "tensorlang int8 conv (VNNI)", "onnxruntime QLinearConv")
     _ratio(crounds, "tensorlang G.conv_integer", "onnxruntime QLinearConv")
+    _ratio(crounds, "tensorlang auto_schedule int8 conv", "onnxruntime QLinearConv")
     _bf16_conv(rng, nb, c, h, k, args)
     _quantized_ffn(rng, threads, args)
+
+
+def _auto(out, args, budget: float):
+    """The kernel `tl.auto_schedule` finds for `out` by its cost model alone (no
+    measurement), built for the host; prints how long the search took."""
+    t0 = time.perf_counter()
+    s = tl.auto_schedule(out, budget_s=budget, measure_on_host=False)
+    print(f"auto_schedule {out.name}: {time.perf_counter() - t0:.1f} s, "
+          f"{'tensorized' if 'tensorize' in s.trace_text() else 'not tensorized'}")
+    return tl.build(s, args, name=f"auto_{out.name}")
 
 
 def _bf16_conv(rng, nb: int, c: int, h: int, k: int, args) -> None:

@@ -7,7 +7,8 @@ import pytest
 
 TUTORIALS = sorted((pathlib.Path(__file__).parent.parent / "tutorials").glob("[0-9]*.py"))
 # the longest (15-25 s each on 2 cores) run in CI's second step, with the other slow tests
-SLOW = ("06_cuda", "09_graph_optimization", "10_auto_schedule", "12_new_hardware_units")
+SLOW = ("06_cuda", "08_autodiff", "09_graph_optimization", "10_auto_schedule",
+        "12_new_hardware_units")
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, id=p.stem, marks=[pytest.mark.slow]

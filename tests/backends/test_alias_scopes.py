@@ -69,7 +69,8 @@ def test_every_access_in_a_parallel_body_names_its_buffer():
 
 
 @pytest.mark.parametrize("stage", range(7))
-@pytest.mark.parametrize("n", [1, 13, 64, 100])
+@pytest.mark.parametrize("n", [13, 100, pytest.param(1, marks=pytest.mark.slow),
+                               pytest.param(64, marks=pytest.mark.slow)])
 def test_opt_gemm_stage_matches_numpy(stage, n, rng):
     """Every stage of the port at sizes that divide bn = 32 and kfactor = 4 (64), divide
     kfactor only (100), and divide neither (1, 13)."""

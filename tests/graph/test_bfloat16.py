@@ -68,8 +68,10 @@ def test_sums_and_means_accumulate_in_float32():
     assert float(got_mean) == 1.0
 
 
-@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=x86-64"])
-@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (5, 7, 3), (17, 37, 65), (64, 128, 96)])
+@pytest.mark.parametrize("m,k,n,target", [
+    (1, 1, 1, "llvm"), (5, 7, 3, "llvm"), (17, 37, 65, "llvm"), (64, 128, 96, "llvm"),
+    (17, 37, 65, "llvm -mcpu=x86-64"),
+    pytest.param(64, 128, 96, "llvm -mcpu=x86-64", marks=pytest.mark.slow)])
 def test_matmul_sums_in_float32_and_rounds_once(m, k, n, target, rng):
     x = G.Variable("x", (m, k), "bfloat16")
     y = G.Variable("y", (k, n), "bfloat16")
@@ -124,10 +126,11 @@ def test_convolutions_and_softmax_of_bfloat16_sum_in_float32(rng):
     _close(sm, (e / e.sum(-1, keepdims=True)).astype(BF16), 0.0)
 
 
-@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=x86-64"])
-@pytest.mark.parametrize("n,c,h,k,ks,stride,pad", [
-    (1, 1, 1, 1, 1, 1, 0), (1, 3, 9, 5, 3, 1, 1), (2, 7, 13, 17, 3, 2, 1),
-    (1, 16, 16, 32, 3, 1, 1)])
+@pytest.mark.parametrize("n,c,h,k,ks,stride,pad,target", [
+    (1, 1, 1, 1, 1, 1, 0, "llvm"), (1, 3, 9, 5, 3, 1, 1, "llvm"),
+    (2, 7, 13, 17, 3, 2, 1, "llvm"), (1, 3, 9, 5, 3, 1, 1, "llvm -mcpu=x86-64"),
+    pytest.param(1, 16, 16, 32, 3, 1, 1, "llvm", marks=pytest.mark.slow),
+    pytest.param(2, 7, 13, 17, 3, 2, 1, "llvm -mcpu=x86-64", marks=pytest.mark.slow)])
 def test_conv2d_sums_in_float32_on_bf16_blocks(n, c, h, k, ks, stride, pad, target, rng):
     x = G.Variable("x", (n, c, h, h), "bfloat16")
     xv, wv = _bf(rng, (n, c, h, h)), _bf(rng, (k, c, ks, ks))

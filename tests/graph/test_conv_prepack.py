@@ -32,8 +32,10 @@ def test_packing_round_trips_with_zeros_past_the_channels(k, block, rng):
 
 @pytest.mark.parametrize("batch,n,c,k,stride,padding,epilogue", [
     (1, 14, 32, 32, 1, 1, True), (2, 13, 16, 48, 1, 1, False), (1, 7, 64, 64, 1, 0, True),
-    (1, 1, 16, 16, 1, 1, False), (2, 17, 32, 16, 2, 1, True), (1, 28, 32, 24, 1, 1, False),
-    (1, 56, 64, 64, 1, 1, True)])
+    (1, 1, 16, 16, 1, 1, False), (1, 28, 32, 24, 1, 1, False),
+    # (the large and the strided cases: about 2.5 s each)
+    pytest.param(2, 17, 32, 16, 2, 1, True, marks=pytest.mark.slow),
+    pytest.param(1, 56, 64, 64, 1, 1, True, marks=pytest.mark.slow)])
 def test_constant_weights_give_the_variable_weights_result(
         batch, n, c, k, stride, padding, epilogue, rng, monkeypatch, capsys):
     monkeypatch.setenv("TL_DEBUG", "1")
