@@ -559,11 +559,18 @@ def _conv_instruction_tile(s: Schedule, st, tgt, rng: random.Random, v: str, src
         return
     local = _try(s[local], "reorder_storage", *[a for a in axes if a != v], v) or local
     nj = _extent(st.op.axis[-1]) or 1
-    fits = tile_columns(nj, tgt.vector_registers)
+    nv = _extent(st.op.axis[axes.index(v)]) or lanes
+    regs = tgt.vector_registers
+    # cv vectors of channels x rn columns of sums: one vector of channels and up to 14
+    # columns (the executor's int8 conv), or several vectors of channels sharing each
+    # column's broadcast and fewer columns
+    cv = rng.choice([x for x in (1, 1, 2, 4) if x == 1 or x * lanes <= nv])
+    fits = [r for r in tile_columns(nj, regs) if cv * r + cv + 2 <= regs]
     rn = fits[-1] if fits and rng.random() < 0.5 else rng.choice(
-        [r for r in (4, 6, 7, 8, 12, 14) if r <= max(nj, 4)] or [4])
+        [r for r in (2, 3, 4, 6, 7, 8, 12, 14) if r <= max(nj, 2) and cv * r + cv + 2 <= regs]
+        or [2])
     cs = s[out]
-    if _try(cs, "tile", v, j, lanes, rn) is None:
+    if _try(cs, "tile", v, j, lanes * cv, rn) is None:
         _parallel_outer(cs, rng)
         return
     k = axes.index(v)
@@ -579,10 +586,11 @@ def _conv_instruction_tile(s: Schedule, st, tgt, rng: random.Random, v: str, src
                 _try(lt, "split", v, factor=lanes) is not None:
             rest = [r for r in red if r != c]
             vo, vi = f"{v}.outer", f"{v}.inner"
-            _try(lt, "reorder", *outer, vo, f"{c}.outer", *rest, j, vi, f"{c}.inner")
+            _try(lt, "reorder", *outer, f"{c}.outer", *rest, j, vo, vi, f"{c}.inner")
             _try(lt, "unroll", j)
+            _try(lt, "unroll", vo)
             if _try(lt, "tensorize", vi, intrin) is None:
-                _try(lt, "reorder", *outer, vo, f"{c}.outer", *rest, j, f"{c}.inner", vi)
+                _try(lt, "reorder", *outer, f"{c}.outer", *rest, j, vo, f"{c}.inner", vi)
                 _try(lt, "vectorize", vi)
     f = _try(cs, "fuse", *pre, f"{v}.outer", *mid) if len(pre) + len(mid) >= 1 else None
     if f is None or _try(cs, "parallel", f) is None:

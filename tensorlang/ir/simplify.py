@@ -150,6 +150,10 @@ def _linear_terms(e: Expr, sign: int, terms: dict, consts: list) -> int:
         case Mul(Add() | Sub() as x, Const(c)) | Mul(Const(c), Add() | Sub() as x) \
                 if e.dtype.is_int:      # distributed: (j*3 + 2)*16 - j*48 -> 32
             return _linear_terms(x, sign * int(c), terms, consts)
+        case Mul(Mul(_, Const()) | Mul(Const(), _) as x, Const(c)) | \
+                Mul(Const(c), Mul(_, Const()) | Mul(Const(), _) as x) if e.dtype.is_int:
+            # a multiple of a multiple: (q*2)*16 is q*32, a like term of q*32
+            return _linear_terms(x, sign * int(c), terms, consts)
         case Mul(x, Const(c)) | Mul(Const(c), x):
             k = structural_key(x)
             terms.setdefault(k, [x, 0])[1] += sign * int(c)

@@ -612,8 +612,13 @@ def _check_coverage(want: isl.UnionSet, executed: list[isl.UnionSet]) -> None:
     an outer loop ({ S[p, i] -> [p, 2i + floor(p/4)] : 0 <= p < 8, 0 <= i < 2 } gives
     S(p, 0) alone: a producer's fused loop split by 4 and computed at its consumer's
     column loop computed half its rows, and the consumer read the rest uninitialised);
-    2026.2.1 and earlier are right, and pyproject.toml excludes it. A wrong loop nest is
-    never emitted: the missing instances are an error."""
+    2026.2.1 and earlier are right there, and pyproject.toml excludes it. Those versions
+    (2026.2.1, 2025.2.5) drop instances elsewhere: a local tile of 2 x 16 channels x 8
+    columns of an int8 conv computed at its reader's column tile, its channels split by 16
+    (`o.outer` from `2 * floor(f / 16)`) and its input channels by 4, misses the tile of the
+    second half of the channels (tests/schedule/test_auto_tensorize.py). A wrong loop nest
+    is never emitted: the missing instances are an error (the auto-scheduler drops such a
+    candidate)."""
     got = want.empty(want.get_space())
     for e in executed:
         got = got.union(e)
@@ -623,9 +628,11 @@ def _check_coverage(want: isl.UnionSet, executed: list[isl.UnionSet]) -> None:
     point = missing.sample_point()
     raise TensorlangError(
         f"internal: isl's AST generator (islpy {getattr(isl, '__version__', '?')}) left "
-        f"out statement instances, e.g. {point}; the loop nest would be wrong. islpy "
-        "2026.2.2 has this bug (strided loops whose offset is a floor of an outer loop): "
-        "install another version (pip install 'islpy!=2026.2.2')")
+        f"out statement instances, e.g. {point}; the loop nest would be wrong, so the "
+        "schedule is refused. islpy 2026.2.2 drops the instances of strided loops whose "
+        "offset is a floor of an outer loop (pip install 'islpy!=2026.2.2'); every version "
+        "drops some of a loop whose bounds are floors of an outer loop split again: change "
+        "a split factor or the loop order")
 
 
 def _free_use(s: Stmt, buf) -> bool:

@@ -238,3 +238,103 @@ def test_a_resnet_layer_by_the_model_is_tensorized():
     _, _, Y = int8_conv(1, 64, 56, 64)
     s = tl.auto_schedule(Y, target=VNNI, budget_s=20, measure_on_host=False, seed=0)
     assert 'intrin="x86.vnni_u8s8_i32"' in s.trace_text()
+
+
+def bf16_conv(n, c, h, k):
+    """Y = conv(X padded by 1, W) 3x3 in float32 sums of bfloat16 products."""
+    X = tl.placeholder((n, c, h, h), "bfloat16", name="X")
+    W = tl.placeholder((k, c, 3, 3), "bfloat16", name="W")
+    Xpad = tl.compute((n, c, h + 2, h + 2), lambda b, ch, y, x: tl.if_then_else(
+        tl.all(y >= 1, y <= h, x >= 1, x <= h), X[b, ch, y - 1, x - 1],
+        tl.const(0, "bfloat16")), name="Xpad")
+    rc = tl.reduce_axis((0, c), name="rc")
+    ry, rx = tl.reduce_axis((0, 3), name="ry"), tl.reduce_axis((0, 3), name="rx")
+    Y = tl.compute((n, k, h, h), lambda b, o, y, x: tl.sum(
+        Xpad[b, rc, y + ry, x + rx].astype("float32") * W[o, rc, ry, rx].astype("float32"),
+        axis=[rc, ry, rx]), name="Y")
+    return X, W, Y
+
+
+def test_a_tile_of_several_channel_blocks_keeps_its_sums_in_registers(rng):
+    """A local tile of 2 blocks of 16 channels x 8 columns, each block a use of the
+    instruction at a channel offset that isl writes from the outer loops (`o.outer * 16 -
+    32 * (f // 16)`): its loops are rebased so each origin is a constant, and SROA keeps
+    the sums in registers — no stack access between the first and the last instruction
+    (it was a load and a store around each one, at half the speed)."""
+    X, W, Y = bf16_conv(1, 16, 16, 64)
+    s = tl.create_schedule(Y)
+    Xpad = next(st.op.output for st in s.stages if st.op.name == "Xpad")
+    xp = s.pack(Xpad, 1, 2, [s[Y]])
+    s[Xpad].compute_inline()
+    s[xp].parallel("ax_o")
+    wp = s.pack(W, 0, 16, [s[Y]])
+    wpp = s.pack(wp, 1, 2, [s[Y]])
+    wpp = s[wpp].reorder_storage("ax0", "ax_o", "ax2", "ax3", "ax4", "ax_i")
+    s[wp].compute_inline()
+    s[wpp].parallel("ax0")
+    L = s.cache_write(Y, "local")
+    L = s[L].reorder_storage("b", "y", "x", "o")
+    s[Y].tile("o", "x", 32, 8)
+    s[Y].reorder("b", "o.outer", "y", "x.outer", "x.inner", "o.inner")
+    s[Y].vectorize("o.inner")
+    s[L].compute_at(s[Y], "x.outer")
+    s[L].split("rc", factor=2)
+    s[L].split("o", factor=16)
+    s[L].reorder("b", "y", "rc.outer", "ry", "rx", "x", "o.outer", "o.inner", "rc.inner")
+    s[L].unroll("x")
+    s[L].unroll("o.outer")
+    s[L].tensorize("o.inner", tl.intrin.x86.bf16_dot_f32)
+    s[Y].parallel(s[Y].fuse("b", "o.outer", "y"))
+    asm = tl.build(s, [X, W, Y], target=VNNI).get_source("asm").splitlines()
+    at = [k for k, ln in enumerate(asm) if "vdpbf16ps" in ln]
+    assert len(at) == 16
+    assert not [ln for ln in asm[at[0]:at[-1]] if "rsp" in ln]
+    if _host_has("avx512bf16"):
+        xv = rng.standard_normal((1, 16, 16, 16)).astype(ml_dtypes.bfloat16)
+        wv = rng.standard_normal((64, 16, 3, 3)).astype(ml_dtypes.bfloat16)
+        y = np.zeros((1, 64, 16, 16), np.float32)
+        tl.build(s, [X, W, Y])(xv, wv, y)
+        p = np.pad(xv.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+        win = np.lib.stride_tricks.sliding_window_view(p, (3, 3), axis=(2, 3))
+        want = np.einsum("ncijpq,ocpq->noij", win, wv.astype(np.float64))
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-3)
+
+
+def test_a_nest_isl_would_generate_incompletely_is_refused_not_wrong():
+    """isl's AST generator (every islpy tried: 2025.2.5, 2026.2.1) drops the second
+    channel block of this int8 tile (2 x 16 channels, input channels split by 4) computed
+    at a fused row loop: the coverage check refuses it instead of emitting a nest that
+    leaves half the output unwritten, and the sampler drops such candidates."""
+    X, W, Y = int8_conv(1, 32, 16, 64)
+    s = tl.create_schedule(Y)
+    Xpad = next(st.op.output for st in s.stages if st.op.name == "Xpad")
+    s.pack(Xpad, 1, 4, [s[Y]])
+    s[Xpad].compute_inline()
+    wp = s.pack(W, 0, 16, [s[Y]])
+    s.pack(wp, 1, 4, [s[Y]])
+    s[wp].compute_inline()
+    L = s.cache_write(Y, "local")
+    L = s[L].reorder_storage("b", "y", "x", "o")
+    s[Y].tile("o", "x", 32, 8)
+    s[Y].reorder("b", "o.outer", "y", "x.outer", "x.inner", "o.inner")
+    s[L].compute_at(s[Y], "x.outer")
+    s[L].split("rc", factor=4)
+    s[L].split("o", factor=16)
+    s[L].reorder("b", "y", "rc.outer", "ry", "rx", "x", "o.outer", "o.inner", "rc.inner")
+    s[L].unroll("o.outer")
+    s[Y].parallel(s[Y].fuse("b", "o.outer", "y"))
+    try:
+        f = tl.build(s, [X, W, Y], target=PLAIN)
+    except tl.TensorlangError as e:
+        assert "left out statement instances" in str(e) and "refused" in str(e)
+        return
+    # an isl that generates it whole: then it must be right
+    rng = np.random.default_rng(0)
+    xv = rng.integers(0, 256, (1, 32, 16, 16), dtype=np.uint8)
+    wv = rng.integers(-128, 128, (64, 32, 3, 3), dtype=np.int8)
+    y = np.full((1, 64, 16, 16), -1, np.int32)
+    f(xv, wv, y)
+    p = np.pad(xv.astype(np.int64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    win = np.lib.stride_tricks.sliding_window_view(p, (3, 3), axis=(2, 3))
+    np.testing.assert_array_equal(
+        y, np.einsum("ncijpq,ocpq->noij", win, wv.astype(np.int64)).astype(np.int32))

@@ -15,7 +15,7 @@ from ...ir.expr import Const, Load, Var
 from ...ir.stmt import (
     Allocate, Barrier, Buffer, ExternCall, For, If, Let, LoopKind, Seq, Stmt, Store, TensorCall,
 )
-from ...ir.simplify import simplify
+from ...ir.simplify import FLAT_OFFSET, simplify
 from ...ir.visit import map_expr, stmt_exprs, substitute, walk, walk_stmt
 
 REGISTER_ARRAY_BYTES = 2048   # a local array this small is a register tile (see `loop`)
@@ -28,15 +28,20 @@ UNROLL_BUDGET = 512           # ... while the stores of the unrolled code stay t
 
 
 def indexes(s: For, buf: Buffer) -> bool:
-    """Whether the loop's variable appears in an index of `buf` inside the loop."""
+    """Whether the loop's variable appears in an index of `buf` inside the loop (a load, a
+    store, or the origin of a tensorized instruction's region of `buf`)."""
+    def uses(indices) -> bool:
+        return any(isinstance(v, Var) and v.name == s.var.name
+                   for i in indices for v in walk(i))
     for st in walk_stmt(s.body):
         accesses = [x for e in stmt_exprs(st) for x in walk(e) if isinstance(x, Load)]
         if isinstance(st, Store):
             accesses.append(st)
-        for x in accesses:
-            if x.buffer is buf and any(isinstance(v, Var) and v.name == s.var.name
-                                       for i in x.indices for v in walk(i)):
-                return True
+        if any(x.buffer is buf and uses(x.indices) for x in accesses):
+            return True
+        if isinstance(st, TensorCall) and any(
+                b is buf and uses(base) for b, base in zip(st.buffers, st.bases)):
+            return True
     return False
 
 
@@ -72,19 +77,20 @@ def register_code_size(s: Stmt, buf: Buffer) -> int | None:
 
 def rebase_register_loops(s: Stmt, buf: Buffer) -> Stmt:
     """`s` with every non-vector loop that indexes `buf` counting from zero (its variable
-    v replaced by v + min inside it) and the indices into `buf` simplified, so that once
-    such a loop is unrolled each index is a constant plus lanes. isl's loops start at
-    expressions of the outer tile loops (`for c in range(3*jb, 3*jb + 3)` indexing the
-    tile at `16*c - 48*jb`); left to LLVM, the two halves of such an index went into
-    separate address computations (the `-48*jb` hoisted out of the loops), SROA saw a
-    dynamic offset and left the register tile in memory (an 8 x 3-vector matmul tile, a
-    store after every multiply-add)."""
+    v replaced by v + min inside it) and the indices into `buf` simplified (a quotient and
+    remainder recombined too: isl may write a tile's offset `32 * (f // 16)` as `2*f -
+    2*(f % 16)`), so that once such a loop is unrolled each index is a constant plus lanes.
+    isl's loops start at expressions of the outer tile loops (`for c in range(3*jb,
+    3*jb + 3)` indexing the tile at `16*c - 48*jb`); left to LLVM, the two halves of such
+    an index went into separate address computations (the `-48*jb` hoisted out of the
+    loops), SROA saw a dynamic offset and left the register tile in memory (an 8 x
+    3-vector matmul tile, a store after every multiply-add)."""
     def go(x: Stmt, shift: dict) -> Stmt:
         def ex(e):
             if not shift:
                 return e
             return map_expr(substitute(e, shift), lambda y: Load(
-                buf, tuple(simplify(i) for i in y.indices))
+                buf, tuple(simplify(i, FLAT_OFFSET) for i in y.indices))
                 if isinstance(y, Load) and y.buffer is buf else None)
 
         if isinstance(x, For):
@@ -98,7 +104,7 @@ def rebase_register_loops(s: Stmt, buf: Buffer) -> Stmt:
         if isinstance(x, Store):
             idx = tuple(ex(i) for i in x.indices)
             if x.buffer is buf and shift:
-                idx = tuple(simplify(i) for i in idx)
+                idx = tuple(simplify(i, FLAT_OFFSET) for i in idx)
             return Store(x.buffer, idx, ex(x.value), x.atomic)
         if isinstance(x, Seq):
             return Seq(tuple(go(y, shift) for y in x.stmts))
@@ -112,7 +118,8 @@ def rebase_register_loops(s: Stmt, buf: Buffer) -> Stmt:
             return Allocate(x.buffer, go(x.body, shift))
         if isinstance(x, TensorCall):   # its regions' origins move with the loops too
             return TensorCall(x.intrin, x.buffers, tuple(
-                tuple(simplify(ex(i)) if b is buf and shift else ex(i) for i in base)
+                tuple(simplify(ex(i), FLAT_OFFSET) if b is buf and shift else ex(i)
+                      for i in base)
                 for b, base in zip(x.buffers, x.bases)))
         if isinstance(x, (Barrier, ExternCall)):
             return x
