@@ -522,42 +522,22 @@ def _conv_operands(st, tgt, v: str, src, dim: int):
 
 def _conv_instruction_tile(s: Schedule, st, tgt, rng: random.Random, v: str, src, dim: int,
                            intrin, x, c: str) -> None:
-    """The channel-blocked tile (`_channel_tile`) on a dot-product instruction: the input x
-    packed along its channels c by the instruction's depth (a padded input stage inlined
-    into the packing), the weights packed into its layout ([v / lanes, c / depth, ...,
-    lanes, depth]: two `pack`s, the first inlined, the storage reordered), the local tile of
-    rn columns x `lanes` channels with c split by the depth and the lanes x depth block
-    below the columns tensorized (isl checks it; where refused, the lanes vectorized)."""
-    from ..ir.expr import Var
+    """The channel-blocked tile (`_channel_tile`) on a dot-product instruction: the operands
+    packed into its layout (`dot_products.pack_conv_operands`), a local tile (cache_write)
+    of cv vectors of channels x rn columns (drawn) on the instruction
+    (`dot_products.channel_dot_tile`)."""
+    from ..schedule.dot_products import channel_dot_tile, pack_conv_operands
 
-    lanes, depth = intrin.extents[0], intrin.extents[-1]
+    lanes = intrin.extents[0]
     out = st.op.output
-    axes = [a.var.name for a in st.op.axis]
-    j = axes[-1]
-    dc = next(d for d, i in enumerate(x.indices) if isinstance(i, Var) and i.name == c)
-    xsrc = x.buffer
-    xp = _try(s, "pack", xsrc, dc, depth, [st])
-    if xp is None:
+    if not pack_conv_operands(s, st, x, src, c, dim, lanes, intrin.extents[-1], apply=_try):
         _channel_tile(s, st, tgt, tgt.vector_lanes(str(out.dtype)), rng, v, src, dim)
         return
-    if not any(xsrc is p for p in s.placeholders):
-        _try(s[xsrc], "compute_inline")             # (a padded input: packed directly)
-    _try(s[xp], "parallel", s[xp].op.axis[0].var.name)
-    wd = _index_dims(next(e for e in _loads(st) if e.buffer is src))
-    wp = _try(s, "pack", src, dim, lanes, [st])
-    if wp is not None:
-        dk = 1 + (wd[c] if wd[c] < dim else wd[c] - 1)
-        wpp = _try(s, "pack", wp, dk, depth, [st])
-        if wpp is not None:
-            ax = [a.var.name for a in s[wpp].op.axis]
-            wpp = _try(s[wpp], "reorder_storage", ax[1], ax[0], *ax[2:]) or wpp
-            _try(s[wp], "compute_inline")
-            _try(s[wpp], "parallel", s[wpp].op.axis[0].var.name)
     local = _try(s, "cache_write", out, "local")
     if local is None:
         _parallel_outer(s[out], rng)
         return
-    local = _try(s[local], "reorder_storage", *[a for a in axes if a != v], v) or local
+    axes = [a.var.name for a in st.op.axis]
     nj = _extent(st.op.axis[-1]) or 1
     nv = _extent(st.op.axis[axes.index(v)]) or lanes
     regs = tgt.vector_registers
@@ -569,32 +549,9 @@ def _conv_instruction_tile(s: Schedule, st, tgt, rng: random.Random, v: str, src
     rn = fits[-1] if fits and rng.random() < 0.5 else rng.choice(
         [r for r in (2, 3, 4, 6, 7, 8, 12, 14) if r <= max(nj, 2) and cv * r + cv + 2 <= regs]
         or [2])
-    cs = s[out]
-    if _try(cs, "tile", v, j, lanes * cv, rn) is None:
-        _parallel_outer(cs, rng)
-        return
-    k = axes.index(v)
-    pre, mid = axes[:k], axes[k + 1:-1]
-    _try(cs, "reorder", *pre, f"{v}.outer", *mid, f"{j}.outer", f"{j}.inner", f"{v}.inner")
-    _try(cs, "vectorize", f"{v}.inner")
-    lt = s[local]
-    if _try(lt, "compute_at", cs, f"{j}.outer") is not None:
-        red = [a.var.name for a in lt.op.reduce_axis]
-        outer = [a for a in axes if a not in (v, j)]
-        # (the tile's channels split by the lanes: the instruction's axis counts from 0)
-        if _try(lt, "split", c, factor=depth) is not None and \
-                _try(lt, "split", v, factor=lanes) is not None:
-            rest = [r for r in red if r != c]
-            vo, vi = f"{v}.outer", f"{v}.inner"
-            _try(lt, "reorder", *outer, f"{c}.outer", *rest, j, vo, vi, f"{c}.inner")
-            _try(lt, "unroll", j)
-            _try(lt, "unroll", vo)
-            if _try(lt, "tensorize", vi, intrin) is None:
-                _try(lt, "reorder", *outer, f"{c}.outer", *rest, j, vo, f"{c}.inner", vi)
-                _try(lt, "vectorize", vi)
-    f = _try(cs, "fuse", *pre, f"{v}.outer", *mid) if len(pre) + len(mid) >= 1 else None
-    if f is None or _try(cs, "parallel", f) is None:
-        _parallel_outer(cs, rng)
+    channel_dot_tile(s, s[local], s[out], v, axes[-1], c, intrin, cv, rn, apply=_try)
+    if not any(lp.kind is LoopKind.PARALLEL for lp in s[out].state.loops):
+        _parallel_outer(s[out], rng)
 
 
 def _loads(st) -> list:

@@ -9,11 +9,11 @@ register tiles with the 16 x 2 block below them tensorized, and the rounded outp
 a tile at a time from D's tile in L1 (`dot_products.schedule_packed_dot`). A target without
 AVX512-BF16 runs the same nest with its lanes vectorized; `TL_DEBUG=1` says so.
 
-`G.conv2d` of bfloat16 operands is channel-blocked the same way (`conv2d_te`): x padded
-with zeros, channels in pairs ([n, C/2, H', W', 2]), the weights packed into [K/16, C/2, kh,
-kw, 16, 2], register tiles of 7 to 14 output columns x 16 channels of float32 sums with
-their 16 x 2 blocks on `vdpbf16ps` (`dot_products.schedule_blocked_conv`, the int8 conv's
-schedule), the output rounded to bfloat16 in NCHW.
+`G.conv2d` of bfloat16 operands (`conv2d_te`): x padded with zeros and packed with its
+channels in pairs, the weights packed into [K/16, C/2, kh, kw, 16, 2], tiles of 2 x 16
+output channels (1 x 16 below 32) by as many columns as fit the registers, their float32
+sums on `vdpbf16ps` (`dot_products.channel_dot_tile`: the auto-scheduler's conv sketch with
+these sizes), the output rounded to bfloat16 from each tile.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from __future__ import annotations
 import tensorlang as tl
 
 from ..config import debug_print
-from ..schedule.dot_products import schedule_blocked_conv, schedule_packed_dot
+from ..schedule.dot_products import schedule_packed_dot
+from ..schedule.recipes import apply_or_raise
 from ..te.intrin import all as all_, if_then_else
 
 LANES, DEPTH = 16, 2            # vdpbf16ps: 16 float32 sums of 2 bfloat16 products each
@@ -89,42 +90,59 @@ def _intrin(target: tl.Target, what: str):
 
 
 def conv2d_te(ts, shapes, out: tuple, stride: int, padding: int):
-    """(the output tensor, CONV_KIND) of `G.conv2d` of bfloat16 x (NCHW) and w (OIHW): see
-    the module."""
-    from .quantized import _conv_cols
-
+    """(the output tensor, CONV_KIND) of `G.conv2d` of bfloat16 x (NCHW) and w (OIHW): the
+    float32 sums Y of the padded input's products, rounded to bfloat16 (see the module)."""
     x, w = ts
     n, c, h, wd = shapes[0]
     k, _, kh, kw = shapes[1]
-    oh, ow = out[2:]
-    cols = _conv_cols(ow)
-    owp = -(-ow // cols) * cols
-    cb_, kb_ = -(-c // DEPTH), -(-k // LANES)
     zero = tl.const(0, "bfloat16")
-    Xp = tl.compute((n, cb_, (oh - 1) * stride + kh, (owp - 1) * stride + kw, DEPTH),
-                    lambda b, cb, y, xx, ci: if_then_else(
-                        all_(cb * DEPTH + ci < c, y >= padding, y < padding + h,
-                             xx >= padding, xx < padding + wd),
-                        x[b, cb * DEPTH + ci, y - padding, xx - padding], zero), name="Xp")
-    Wp = tl.compute((kb_, cb_, kh, kw, LANES, DEPTH), lambda kb, cb, ry, rx, ki, ci:
-                    if_then_else(all_(kb * LANES + ki < k, cb * DEPTH + ci < c),
-                                 w[kb * LANES + ki, cb * DEPTH + ci, ry, rx], zero), name="Wp")
-    rc = [tl.reduce_axis((0, e), name=nm)
-          for e, nm in ((cb_, "cb"), (kh, "ry"), (kw, "rx"), (DEPTH, "ci"))]
-    Yp = tl.compute((n, kb_, oh, owp, LANES), lambda b, kb, y, xx, ki: tl.sum(
-        Xp[b, rc[0], y * stride + rc[1], xx * stride + rc[2], rc[3]].astype("float32")
-        * Wp[kb, rc[0], rc[1], rc[2], ki, rc[3]].astype("float32"), axis=rc), name="Yp")
-    return tl.compute(out, lambda b, o, y, xx: Yp[b, o // LANES, y, xx, o % LANES].astype(
-        "bfloat16"), name="out"), CONV_KIND
+    Xpad = tl.compute((n, c, h + 2 * padding, wd + 2 * padding), lambda b, ch, y, xx:
+                      if_then_else(all_(y >= padding, y < padding + h, xx >= padding,
+                                        xx < padding + wd),
+                                   x[b, ch, y - padding, xx - padding], zero), name="Xpad")
+    rc = tl.reduce_axis((0, c), name="rc")
+    ry, rx = tl.reduce_axis((0, kh), name="ry"), tl.reduce_axis((0, kw), name="rx")
+    Y = tl.compute(out, lambda b, o, y, xx: tl.sum(
+        Xpad[b, rc, y * stride + ry, xx * stride + rx].astype("float32") *
+        w[o, rc, ry, rx].astype("float32"), axis=[rc, ry, rx]), name="Y")
+    return tl.compute(out, lambda b, o, y, xx: Y[b, o, y, xx].astype("bfloat16"),
+                      name="out"), CONV_KIND
+
+
+def conv_tile(k: int, ow: int, registers: int) -> tuple[int, int]:
+    """(vectors of 16 output channels, output columns) of the bfloat16 conv's tile: two
+    vectors of channels where there are 32 (each column's broadcast serves both), then the
+    most columns that divide the width and fit the registers with them."""
+    from ..schedule.recipes import tile_columns
+
+    cv = 2 if k >= 2 * LANES else 1
+    fits = [r for r in tile_columns(ow, registers) if cv * r + cv + 2 <= registers]
+    return cv, fits[-1] if fits else max(1, min(ow, (registers - 2 - cv) // cv, 8))
 
 
 def schedule_conv_bf16(s: tl.Schedule, out: tl.Tensor, target: tl.Target) -> None:
-    """The bfloat16 conv's schedule: the int8 conv's (`schedule_blocked_conv`) on
-    `vdpbf16ps` where `target` has AVX512-BF16; the weights' packing in parallel."""
-    from .quantized import _conv_cols
+    """The bfloat16 conv's schedule: its operands packed as `vdpbf16ps` reads them and
+    tiles of `conv_tile`'s size on it, where `target` has AVX512-BF16
+    (`dot_products.pack_conv_operands`, `channel_dot_tile`: the auto-scheduler's conv
+    sketch with these sizes); the rounded output written from each tile."""
+    from ..intrin import x86
+    from ..ir.expr import Load
+    from ..ir.visit import walk
+    from ..schedule.dot_products import channel_dot_tile, pack_conv_operands
 
-    stages = {st.op.name: st.op.output for st in s.stages}
     intrin = _intrin(target, f"bfloat16 conv2d {tuple(int(v.value) for v in out.shape)}")
-    s[stages["Wp"]].parallel(stages["Wp"].op.axis[0])
-    schedule_blocked_conv(s, stages["Xp"], stages["Yp"], out,
-                          _conv_cols(int(out.shape[3].value)), intrin)
+    stages = {st.op.name: st for st in s.stages}
+    Y = stages["Y"]
+    x = next(e for e in walk(Y.op.body) if isinstance(e, Load) and e.buffer.name == "Xpad")
+    w = next(e.buffer for e in walk(Y.op.body) if isinstance(e, Load) and e.buffer is not x.buffer)
+    pack_conv_operands(s, Y, x, w, "rc", 0, LANES, DEPTH)
+    k, ow = int(out.shape[1].value), int(out.shape[3].value)
+    cv, rn = conv_tile(k, ow, target.vector_registers)
+    channel_dot_tile(s, s[Y.op.output], s[out], "o", "xx", "rc", intrin or x86.bf16_dot_f32,
+                     cv, rn, apply=_vectorized if intrin is None else apply_or_raise)
+
+
+def _vectorized(obj, prim: str, *args, **kw):
+    """`apply_or_raise`, except that `tensorize` is declined (None): the recipe then
+    vectorizes the lanes (a target without the instruction)."""
+    return None if prim == "tensorize" else apply_or_raise(obj, prim, *args, **kw)

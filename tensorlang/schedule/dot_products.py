@@ -191,3 +191,77 @@ def schedule_blocked_conv(s, Xp, Yp, Y, cols: int, intrin=None) -> None:
     a = Xp.op.axis
     s[Xp].parallel(s[Xp].fuse(a[1], a[2]))
     s[Y].parallel(s[Y].fuse(Y.op.axis[1], Y.op.axis[2]))
+
+
+def pack_conv_operands(s, st, x, w, c: str, wdim: int, lanes: int, depth: int,
+                       apply: Apply = apply_or_raise) -> bool:
+    """A convolution's operands in a dot-product instruction's layout, for `st`'s reads (the
+    auto-scheduler's conv sketch, the graph's bfloat16 conv): the input read `x` (a Load)
+    packed along the dimension its reduce axis `c` (the input channels) indexes, by the
+    depth (a padded input stage inlined into the packing); the weights `w` (a tensor whose
+    dimension `wdim` the output channels index, and another `c`) packed by two `pack`s into
+    [K / lanes, C / depth, ..., lanes, depth], the first inlined, the storage reordered. Each
+    packing in parallel. False when x's packing is refused (nothing was applied)."""
+    from ..ir.expr import Load, Var
+    from ..ir.visit import walk
+
+    dc = next(d for d, i in enumerate(x.indices) if isinstance(i, Var) and i.name == c)
+    xsrc = x.buffer
+    xp = apply(s, "pack", xsrc, dc, depth, [st])
+    if xp is None:
+        return False
+    if not any(xsrc is p for p in s.placeholders):
+        apply(s[xsrc], "compute_inline")            # (a padded input: packed directly)
+    apply(s[xp], "parallel", s[xp].op.axis[0].var.name)
+    wl = next(e for e in walk(st.op.body) if isinstance(e, Load) and e.buffer is w)
+    wc = next(d for d, i in enumerate(wl.indices) if isinstance(i, Var) and i.name == c)
+    wp = apply(s, "pack", w, wdim, lanes, [st])
+    if wp is None:
+        return True
+    wpp = apply(s, "pack", wp, 1 + (wc if wc < wdim else wc - 1), depth, [st])
+    if wpp is not None:
+        ax = [a.var.name for a in s[wpp].op.axis]
+        wpp = apply(s[wpp], "reorder_storage", ax[1], ax[0], *ax[2:]) or wpp
+        apply(s[wp], "compute_inline")
+        apply(s[wpp], "parallel", s[wpp].op.axis[0].var.name)
+    return True
+
+
+def channel_dot_tile(s, sums, out, v: str, j: str, c: str, intrin, cv: int, rn: int,
+                     apply: Apply = apply_or_raise) -> None:
+    """A convolution's register tile on a dot-product instruction (operands packed by
+    `pack_conv_operands`): stage `out` (the output, or a stage of its shape that reads the
+    sums elementwise) in tiles of `cv` vectors of output channels `v` x `rn` columns `j`,
+    written a vector of channels at a time; `sums` (a stage of the same axes whose storage
+    is the schedule's: cache_write's local, or an intermediate) laid out with `v` last and
+    computed at each tile, its input channels `c` split by the depth and its channels by
+    the lanes, the reduction outside the unrolled columns and channel vectors, each lanes x
+    depth block tensorized onto `intrin` (where refused, the lanes vectorized); the tiles'
+    outer loops fused and parallel."""
+    lanes, depth = intrin.extents[0], intrin.extents[-1]
+    axes = [a.var.name for a in out.op.axis]
+    sums = s[apply(sums, "reorder_storage", *[a for a in axes if a != v], v) or
+             sums.op.output]
+    if apply(out, "tile", v, j, lanes * cv, rn) is None:
+        return
+    k = axes.index(v)
+    pre, mid = axes[:k], axes[k + 1:-1]
+    apply(out, "reorder", *pre, f"{v}.outer", *mid, f"{j}.outer", f"{j}.inner", f"{v}.inner")
+    apply(out, "vectorize", f"{v}.inner")
+    if apply(sums, "compute_at", out, f"{j}.outer") is not None:
+        red = [a.var.name for a in sums.op.reduce_axis]
+        outer = [a for a in axes if a not in (v, j)]
+        # (the tile's channels split by the lanes: the instruction's axis counts from 0)
+        if apply(sums, "split", c, factor=depth) is not None and \
+                apply(sums, "split", v, factor=lanes) is not None:
+            rest = [r for r in red if r != c]
+            vo, vi = f"{v}.outer", f"{v}.inner"
+            apply(sums, "reorder", *outer, f"{c}.outer", *rest, j, vo, vi, f"{c}.inner")
+            apply(sums, "unroll", j)
+            apply(sums, "unroll", vo)
+            if apply(sums, "tensorize", vi, intrin) is None:
+                apply(sums, "reorder", *outer, f"{c}.outer", *rest, j, vo, f"{c}.inner", vi)
+                apply(sums, "vectorize", vi)
+    f = apply(out, "fuse", *pre, f"{v}.outer", *mid) if pre or mid else f"{v}.outer"
+    if f is not None:
+        apply(out, "parallel", f)
