@@ -1,8 +1,11 @@
 """Candidates for `tl.auto_schedule`, sampled from sketches (as Ansor's sketches), legal by
 construction.
 
-Per stage: elementwise producers inlined or placed at a loop of their reader; a reduction
-with two or more spatial axes register-tiled (cache_write into a local tile of mr rows by
+Per stage: elementwise producers inlined or placed at a loop of their reader; a dot product
+or a convolution whose types a dot-product instruction of the target takes on that
+instruction (`_dot_sketch`, `_conv_instruction_tile`: the operands packed into its layout,
+the block below the register tile tensorized); a reduction with two or more spatial axes
+register-tiled (cache_write into a local tile of mr rows by
 nv vectors, the reduction outside the unrolled rows and vector columns, B optionally
 packed) or, when a spatial axis other than the last indexes an input on its own (a
 convolution's output channels), channel-blocked; a reduction along memory rfactored into
@@ -552,13 +555,6 @@ def _conv_instruction_tile(s: Schedule, st, tgt, rng: random.Random, v: str, src
     channel_dot_tile(s, s[local], s[out], v, axes[-1], c, intrin, cv, rn, apply=_try)
     if not any(lp.kind is LoopKind.PARALLEL for lp in s[out].state.loops):
         _parallel_outer(s[out], rng)
-
-
-def _loads(st) -> list:
-    from ..ir.expr import Load
-    from ..ir.visit import walk
-
-    return [e for e in walk(st.op.body) if isinstance(e, Load)]
 
 
 def _channel_axis(s: Schedule, st, lanes: int):

@@ -12,6 +12,12 @@ operands packed as the instruction reads them, and their schedules. Tutorial 12,
   [n, C/4, H+2, W+2, 4], weights [K/16, C/4, 3, 3, 16, 4], a local tile of `cols` columns x
   16 channels of int32 sums at each column tile (kept in registers), its 16 x 4 blocks on
   VNNI, the output unpacked to NCHW.
+- `schedule_packed_dot`: the graph's packed matmul kernels (`G.matmul_integer`, a bfloat16
+  `G.matmul`): `dot_tile` on D, with D's tile computed at each tile of a same-sized reader.
+- `pack_conv_operands` and `channel_dot_tile`: a convolution written as plain loops, its
+  operands packed into an instruction's layout by `pack` and its tile of cv x 16 channels
+  x rn columns tensorized; the auto-scheduler's conv sketch draws the sizes, the graph's
+  bfloat16 conv fixes them.
 """
 
 from __future__ import annotations
