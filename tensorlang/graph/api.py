@@ -92,12 +92,10 @@ def make(op: str, inputs, **attrs) -> Node:
             any(n.dtype != "bfloat16" for n in nodes)):
         # (a matmul or conv2d of bfloat16 and another type: in float32 throughout, its
         # result the promoted type, as numpy's)
-        from .model_ops import cast
-
-        wide = [cast(n, "float32") if n.dtype == "bfloat16" else n for n in nodes]
+        wide = [_cast(n, "float32") if n.dtype == "bfloat16" else n for n in nodes]
         got = make(op, wide, **attrs)
         promoted = np.result_type(*[n.dtype for n in nodes]).name
-        return cast(got, "bfloat16") if promoted == "bfloat16" else got
+        return _cast(got, "bfloat16") if promoted == "bfloat16" else got
     shapes = [n.shape for n in nodes]
     shape = None
     if all(s is not None for s in shapes):
@@ -182,12 +180,18 @@ def equal(a, b):
 
 
 # ------------------------------------------------------------------- reductions
+def _cast(x: Node, dtype: str) -> Node:
+    """A cast node of x to `dtype` (`model_ops.cast` without its checks: the graph's own
+    widenings)."""
+    n = make("cast", (x,), dtype=dtype)
+    return Node(n.op, n.inputs, n.kwargs, n.shape, dtype, n.name)
+
+
 def _wide(x):
     """x, or x in int64 when it is a narrower integer (numpy sums small integers in the
     platform's integer: a uint8 sum does not wrap at 256)."""
     if isinstance(x, Node) and x.dtype in _INTS and x.dtype != "int64":
-        n = make("cast", (x,), dtype="int64")
-        return Node(n.op, n.inputs, n.kwargs, n.shape, "int64", n.name)
+        return _cast(x, "int64")
     return x
 
 

@@ -34,7 +34,7 @@ CONV_KIND = "conv_bf16"
 def matmul_te(A, B, sa, sb, out: tuple, ta: bool, tb: bool):
     """(the output tensor, KIND) of a bfloat16 matmul (see the module); `sa`, `sb` the
     operands' shapes (batch dimensions broadcast as numpy's), `out` the result's."""
-    from .ops import _read_batch
+    from .shapes import read_batch as _read_batch
 
     nb_ = len(out) - 2
     m, n = out[-2:]

@@ -526,10 +526,7 @@ def _mm_te(ts, shapes, out, ta, tb):
     return tl.compute(out, body, name="out"), "matmul"
 
 
-def _read_batch(shp, bi, nb):
-    bs = shp[:-2]
-    off = nb - len(bs)
-    return tuple(0 if bs[d] == 1 else bi[off + d] for d in range(len(bs)))
+_read_batch = S.read_batch
 
 
 def _mm_grad(g, n):

@@ -99,3 +99,11 @@ def concat(shapes, axis: int) -> tuple[int, ...]:
                                        if d != ax):
             raise ValueError(f"concat along axis {ax} needs equal other dimensions")
     return first[:ax] + (sum(s[ax] for s in shapes),) + first[ax + 1:]
+
+
+def read_batch(shp, bi, nb: int) -> tuple:
+    """The batch indices into an operand of batch shape `shp[:-2]` at the output's batch
+    indices `bi` (of `nb` dimensions), broadcast as numpy's: a dimension of 1 reads 0."""
+    bs = shp[:-2]
+    off = nb - len(bs)
+    return tuple(0 if bs[d] == 1 else bi[off + d] for d in range(len(bs)))
