@@ -27,7 +27,9 @@ def _run_matmul(sa, sb, ta=False, tb=False, dtype="float32"):
 
 
 @pytest.mark.parametrize("m,k,n", [(1, 1, 1), (1, 7, 1), (5, 3, 17), (13, 1, 31), (8, 64, 64),
-                                   (37, 29, 97), (127, 61, 253), (128, 784, 256)])
+                                   (37, 29, 97),
+                                   pytest.param(127, 61, 253, marks=pytest.mark.slow),
+                                   pytest.param(128, 784, 256, marks=pytest.mark.slow)])
 def test_matmul_tiles_with_and_without_tails(m, k, n):
     got, want = _run_matmul((m, k), (k, n))
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

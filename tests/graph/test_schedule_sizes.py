@@ -240,7 +240,8 @@ def test_b_panels_outermost_match_numpy(monkeypatch, m, k, n, rng):
 
 
 @pytest.mark.parametrize("m,k,n", [(127, 24, 4100), (127, 24, 4096), (50, 50, 50),
-                                   (127, 781, 253), (1, 40, 33)])
+                                   pytest.param(127, 781, 253, marks=pytest.mark.slow),
+                                   (1, 40, 33)])
 @pytest.mark.parametrize("panels_outer", [False, True])
 def test_the_matmul_tile_stays_in_registers_at_awkward_sizes(monkeypatch, m, k, n,
                                                             panels_outer, rng):

@@ -450,7 +450,7 @@ def test_arm_bfmmla_under_qemu(M, N, K, rng):
                                atol=1e-3)
 
 
-@pytest.mark.parametrize("h,cols", [(5, 5), (7, 3), (9, 4)])
+@pytest.mark.parametrize("h,cols", [(5, 5), (7, 3), pytest.param(9, 4, marks=pytest.mark.slow)])
 def test_vnni_conv_with_the_sums_in_a_local_tile(h, cols, rng):
     """The instruction inside a stage computed at a loop (cache_write's local tile): the
     generated nest stores into the local buffer that stands for the tensor."""
