@@ -117,6 +117,14 @@ def _ratio(rounds: dict, x: str, y: str) -> None:
               f"{statistics.median(rounds[x]) / statistics.median(rounds[y]):.2f} median")
 
 
+def _report(title: str, systems: dict, work: float, args, *ratios) -> None:
+    """Time `systems` in turn (`_rounds`), print their table and each (x, y) ratio."""
+    rounds = _rounds(systems, work, args.rounds, args.calls)
+    _table(title, rounds)
+    for x, y in ratios:
+        _ratio(rounds, x, y)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=1024)
@@ -195,16 +203,16 @@ def main(argv=None):
     xf, yf = a.astype("f4"), b.astype("f4")
     out = np.empty((n, n), "f4")
     systems["tensorlang float32"] = lambda: ex.run({x: xf, y: yf}, out=[out])
-    rounds = _rounds(systems, 2.0 * n ** 3, args.rounds, args.calls)
-    _table(f"{host.cpu} ({host.cores} threads, vectors of {host.vector_bits} bits), matmul "
-           f"{n}^3, {args.rounds} rounds of {args.calls} calls, systems in turn", rounds)
-    _ratio(rounds, "tensorlang int8 (VNNI)", "onnxruntime MatMulInteger")
-    _ratio(rounds, "tensorlang G.matmul_integer", "onnxruntime MatMulInteger")
-    _ratio(rounds, "tensorlang auto_schedule int8", "onnxruntime MatMulInteger")
-    _ratio(rounds, "tensorlang int8 (VNNI)", "tensorlang float32")
-    _ratio(rounds, "tensorlang bf16 (BF16)", "tensorlang float32")
-    _ratio(rounds, "tensorlang bf16 (BF16)", "torch bf16 matmul")
-    _ratio(rounds, "tensorlang G.matmul bf16", "torch bf16 matmul")
+    _report(f"{host.cpu} ({host.cores} threads, vectors of {host.vector_bits} bits), matmul "
+            f"{n}^3, {args.rounds} rounds of {args.calls} calls, systems in turn",
+            systems, 2.0 * n ** 3, args,
+            ("tensorlang int8 (VNNI)", "onnxruntime MatMulInteger"),
+            ("tensorlang G.matmul_integer", "onnxruntime MatMulInteger"),
+            ("tensorlang auto_schedule int8", "onnxruntime MatMulInteger"),
+            ("tensorlang int8 (VNNI)", "tensorlang float32"),
+            ("tensorlang bf16 (BF16)", "tensorlang float32"),
+            ("tensorlang bf16 (BF16)", "torch bf16 matmul"),
+            ("tensorlang G.matmul bf16", "torch bf16 matmul"))
 
     # the int8 conv: a ResNet layer
     nb, c, h, k = 1, 64, 56, 64
@@ -249,12 +257,12 @@ def main(argv=None):
         convs["onnxruntime QLinearConv"] = _ort_conv(x8, w8, threads, True)
     except ImportError as e:
         print(f"onnxruntime is not installed ({e}): left out")
-    crounds = _rounds(convs, 2.0 * nb * k * c * 9 * h * h, args.rounds, args.calls)
-    _table(f"int8 conv2d 3x3 {nb}x{c}x{h}x{h} -> {k}, pad 1", crounds)
-    _ratio(crounds, "tensorlang int8 conv (VNNI)", "onnxruntime ConvInteger")
-    _ratio(crounds, "tensorlang int8 conv (VNNI)", "onnxruntime QLinearConv")
-    _ratio(crounds, "tensorlang G.conv_integer", "onnxruntime QLinearConv")
-    _ratio(crounds, "tensorlang auto_schedule int8 conv", "onnxruntime QLinearConv")
+    _report(f"int8 conv2d 3x3 {nb}x{c}x{h}x{h} -> {k}, pad 1", convs,
+            2.0 * nb * k * c * 9 * h * h, args,
+            ("tensorlang int8 conv (VNNI)", "onnxruntime ConvInteger"),
+            ("tensorlang int8 conv (VNNI)", "onnxruntime QLinearConv"),
+            ("tensorlang G.conv_integer", "onnxruntime QLinearConv"),
+            ("tensorlang auto_schedule int8 conv", "onnxruntime QLinearConv"))
     _bf16_conv(rng, nb, c, h, k, args)
     _quantized_ffn(rng, threads, args)
 
@@ -292,10 +300,10 @@ def _bf16_conv(rng, nb: int, c: int, h: int, k: int, args) -> None:
         systems["torch bf16 conv2d"] = lambda: F.conv2d(tx, tw, padding=1)
     except ImportError as e:
         print(f"torch is not installed ({e}): its bf16 conv2d is left out")
-    rounds = _rounds(systems, 2.0 * nb * k * c * 9 * h * h, args.rounds, args.calls)
-    _table(f"bfloat16 conv2d 3x3 {nb}x{c}x{h}x{h} -> {k}, pad 1 (float32 sums)", rounds)
-    _ratio(rounds, "tensorlang G.conv2d bf16", "torch bf16 conv2d")
-    _ratio(rounds, "tensorlang G.conv2d bf16", "tensorlang G.conv2d float32")
+    _report(f"bfloat16 conv2d 3x3 {nb}x{c}x{h}x{h} -> {k}, pad 1 (float32 sums)", systems,
+            2.0 * nb * k * c * 9 * h * h, args,
+            ("tensorlang G.conv2d bf16", "torch bf16 conv2d"),
+            ("tensorlang G.conv2d bf16", "tensorlang G.conv2d float32"))
 
 
 def _quantized_ffn(rng, threads: int, args) -> None:
@@ -346,11 +354,10 @@ def _quantized_ffn(rng, threads: int, args) -> None:
     print(f"\nquantized FFN {t}x{d}->{h}->{d} (onnxruntime's quantize_dynamic, int8 weights): "
           f"max |tensorlang - onnxruntime| = {np.abs(got - want).max():.3g} "
           f"(output scale {np.abs(want).max():.3g})")
-    rounds = _rounds({"tensorlang.onnx": lambda: rep.run([x]),
-                      "onnxruntime": lambda: sess.run(None, {"x": x})},
-                     2.0 * t * d * h * 2, args.rounds, args.calls)
-    _table("quantized FFN, the whole model", rounds)
-    _ratio(rounds, "tensorlang.onnx", "onnxruntime")
+    _report("quantized FFN, the whole model",
+            {"tensorlang.onnx": lambda: rep.run([x]),
+             "onnxruntime": lambda: sess.run(None, {"x": x})},
+            2.0 * t * d * h * 2, args, ("tensorlang.onnx", "onnxruntime"))
 
 
 if __name__ == "__main__":

@@ -453,12 +453,12 @@ def _dot_operands(st, tgt):
 
 def _dot_sketch(s: Schedule, st, tgt, rng: random.Random, intrin, a, b) -> None:
     """A dot product on the target's instruction (`_dot_operands`): b packed into the
-    instruction's layout ([..., j / lanes, k / depth, lanes, depth]: two `pack`s, the
-    first inlined into the second, its storage reordered), a packed along k where k is not
+    instruction's layout ([..., j / lanes, k / depth, lanes, depth]:
+    `dot_products.pack_blocks`), a packed along k where k is not
     its last dimension, then `dot_products.dot_tile` with drawn sizes (rows x vectors of
     sums, B's column panels blocked to fit half the L2 or not). Where isl refuses the
     instruction (a body it does not compute) the same nest runs vectorized."""
-    from ..schedule.dot_products import dot_tile, panels_per_block
+    from ..schedule.dot_products import dot_tile, pack_blocks, panels_per_block
 
     lanes, depth = intrin.extents[0], intrin.extents[-1]
     j, k = st.op.axis[-1].var.name, st.op.reduce_axis[0].var.name
@@ -467,19 +467,12 @@ def _dot_sketch(s: Schedule, st, tgt, rng: random.Random, intrin, a, b) -> None:
         ap = _try(s, "pack", a.buffer, da[k], depth, [st])
         if ap is not None:
             _try(s[ap], "parallel", s[ap].op.axis[0].var.name)
-    bp = _try(s, "pack", b.buffer, db[j], lanes, [st])
-    if bp is None:
+    # b as [..., j / lanes, k / depth, lanes, depth]: a column panel's blocks one after the
+    # other, as the tile reads them
+    if pack_blocks(s, st, b.buffer, db[j], db[k], lanes, depth, others_first=True,
+                   apply=_try) is None:
         _register_tile(s, st, tgt, tgt.vector_lanes(str(st.op.output.dtype)), rng)
         return
-    dk = 1 + (db[k] if db[k] < db[j] else db[k] - 1)
-    bpp = _try(s, "pack", bp, dk, depth, [st])
-    if bpp is not None:
-        # [k / depth, j / lanes, ..., lanes, depth] -> [..., j / lanes, k / depth, lanes,
-        # depth]: a column panel's blocks one after the other, as the tile reads them
-        ax = [x.var.name for x in s[bpp].op.axis]
-        bpp = _try(s[bpp], "reorder_storage", *ax[2:-2], ax[1], ax[0], *ax[-2:]) or bpp
-        _try(s[bp], "compute_inline")
-        _try(s[bpp], "parallel", s[bpp].op.axis[0].var.name)
     regs = tgt.vector_registers
     n = _extent(st.op.axis[-1]) or lanes
     vecs = rng.choice([v for v in (1, 2, 3, 4) if (v - 1) * lanes < n] or [1])
@@ -552,7 +545,8 @@ def _conv_instruction_tile(s: Schedule, st, tgt, rng: random.Random, v: str, src
     rn = fits[-1] if fits and rng.random() < 0.5 else rng.choice(
         [r for r in (2, 3, 4, 6, 7, 8, 12, 14) if r <= max(nj, 2) and cv * r + cv + 2 <= regs]
         or [2])
-    channel_dot_tile(s, s[local], s[out], v, axes[-1], c, intrin, cv, rn, apply=_try)
+    channel_dot_tile(s, s[local], s[out], v, axes[-1], c, lanes, intrin.extents[-1], intrin,
+                     cv, rn, apply=_try)
     if not any(lp.kind is LoopKind.PARALLEL for lp in s[out].state.loops):
         _parallel_outer(s[out], rng)
 

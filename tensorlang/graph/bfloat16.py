@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import tensorlang as tl
 
-from ..config import debug_print
-from ..schedule.dot_products import schedule_packed_dot
-from ..schedule.recipes import apply_or_raise
+from ..schedule.dot_products import instruction, schedule_packed_dot
 from ..te.intrin import all as all_, if_then_else
 
 LANES, DEPTH = 16, 2            # vdpbf16ps: 16 float32 sums of 2 bfloat16 products each
@@ -81,12 +79,10 @@ def schedule_matmul_bf16(s: tl.Schedule, out: tl.Tensor, target: tl.Target) -> N
 
 
 def _intrin(target: tl.Target, what: str):
-    if target.has_feature("avx512bf16"):
-        from ..intrin import x86
-        return x86.bf16_dot_f32
-    debug_print(1, f"{what}: the target has no AVX512-BF16; the packed nest runs with its "
-                   "lanes vectorized")
-    return None
+    from ..intrin import x86
+
+    return instruction(target, x86.bf16_dot_f32, what,
+                       "the packed nest runs with its lanes vectorized")
 
 
 def conv2d_te(ts, shapes, out: tuple, stride: int, padding: int):
@@ -125,7 +121,6 @@ def schedule_conv_bf16(s: tl.Schedule, out: tl.Tensor, target: tl.Target) -> Non
     tiles of `conv_tile`'s size on it, where `target` has AVX512-BF16
     (`dot_products.pack_conv_operands`, `channel_dot_tile`: the auto-scheduler's conv
     sketch with these sizes); the rounded output written from each tile."""
-    from ..intrin import x86
     from ..ir.expr import Load
     from ..ir.visit import walk
     from ..schedule.dot_products import channel_dot_tile, pack_conv_operands
@@ -138,11 +133,5 @@ def schedule_conv_bf16(s: tl.Schedule, out: tl.Tensor, target: tl.Target) -> Non
     pack_conv_operands(s, Y, x, w, "rc", 0, LANES, DEPTH)
     k, ow = int(out.shape[1].value), int(out.shape[3].value)
     cv, rn = conv_tile(k, ow, target.vector_registers)
-    channel_dot_tile(s, s[Y.op.output], s[out], "o", "xx", "rc", intrin or x86.bf16_dot_f32,
-                     cv, rn, apply=_vectorized if intrin is None else apply_or_raise)
+    channel_dot_tile(s, s[Y.op.output], s[out], "o", "xx", "rc", LANES, DEPTH, intrin, cv, rn)
 
-
-def _vectorized(obj, prim: str, *args, **kw):
-    """`apply_or_raise`, except that `tensorize` is declined (None): the recipe then
-    vectorizes the lanes (a target without the instruction)."""
-    return None if prim == "tensorize" else apply_or_raise(obj, prim, *args, **kw)

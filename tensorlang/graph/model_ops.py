@@ -426,7 +426,7 @@ def cast(x, dtype: str):
     dtype = str(np.dtype(dtype))
     if dtype not in _CASTS:
         raise tl.TensorlangError(f"cast: dtype must be one of {_CASTS}, got {dtype}")
-    return _retyped(api.make("cast", (x,), dtype=dtype), dtype)
+    return api._cast(x, dtype)
 
 
 # ----------------------------------------------------------------------- gather

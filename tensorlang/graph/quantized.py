@@ -27,7 +27,7 @@ from .node import GraphError, Node
 from .ops import _elementwise
 from .registry import register_op
 from ..config import debug_print
-from ..schedule.dot_products import schedule_blocked_conv, schedule_packed_dot
+from ..schedule.dot_products import instruction, schedule_blocked_conv, schedule_packed_dot
 from ..te.intrin import all as all_, if_then_else
 
 LANES, DEPTH = 16, 4            # vpdpbusd: 16 int32 sums of 4 byte products each
@@ -261,14 +261,12 @@ register_op("matmul_integer", _mmi_ref, _mmi_shape, _no_grad("matmul_integer"),
 def schedule_matmul_integer(s: tl.Schedule, out: tl.Tensor, target: tl.Target) -> None:
     """The kernel's schedule (see the module): D on `vpdpbusd` where `target` has
     AVX512-VNNI (`dot_products.schedule_packed_dot`), the operands' sums vectorized."""
+    from ..intrin import x86
+
     stages = {st.op.name: st.op.output for st in s.stages}
-    intrin = None
-    if target.has_feature("avx512vnni"):
-        from ..intrin import x86
-        intrin = x86.vnni_u8s8_i32
-    else:
-        debug_print(1, f"matmul_integer {tuple(int(x.value) for x in out.shape)}: the target "
-                       "has no AVX512-VNNI; the packed nest runs with its lanes vectorized")
+    intrin = instruction(target, x86.vnni_u8s8_i32,
+                         f"matmul_integer {tuple(int(x.value) for x in out.shape)}",
+                         "the packed nest runs with its lanes vectorized")
     schedule_packed_dot(s, stages["D"], out, LANES, DEPTH, intrin, target.cache_bytes[1] // 2,
                         ROWS, VECS)
     for name in ("Ap", "rowa"):
@@ -433,14 +431,11 @@ def schedule_conv_integer(s: tl.Schedule, out: tl.Tensor, target: tl.Target) -> 
     channels of int32 sums) in a local tile kept in registers, its 16 x 4 blocks on
     `vpdpbusd` where `target` has AVX512-VNNI (else the 16 channels vectorized); the rows
     of each block of channels in parallel."""
+    from ..intrin import x86
+
     stages = {st.op.name: st.op.output for st in s.stages}
-    intrin = None
-    if target.has_feature("avx512vnni"):
-        from ..intrin import x86
-        intrin = x86.vnni_u8s8_i32
-    else:
-        debug_print(1, f"conv_integer {tuple(int(v.value) for v in out.shape)}: the target "
-                       "has no AVX512-VNNI; the channel-blocked nest runs with its 16 "
-                       "channels vectorized")
+    intrin = instruction(target, x86.vnni_u8s8_i32,
+                         f"conv_integer {tuple(int(v.value) for v in out.shape)}",
+                         "the channel-blocked nest runs with its 16 channels vectorized")
     schedule_blocked_conv(s, stages["Xp"], stages["Yp"], out,
                           _conv_cols(int(out.shape[3].value)), intrin)

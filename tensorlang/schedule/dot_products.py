@@ -22,6 +22,7 @@ operands packed as the instruction reads them, and their schedules. Tutorial 12,
 
 from __future__ import annotations
 
+from ..config import debug_print
 from ..te.intrin import all as all_, if_then_else
 from ..te.reduce import sum as sum_
 from ..te.tensor import compute, placeholder, reduce_axis
@@ -221,20 +222,46 @@ def pack_conv_operands(s, st, x, w, c: str, wdim: int, lanes: int, depth: int,
     apply(s[xp], "parallel", s[xp].op.axis[0].var.name)
     wl = next(e for e in walk(st.op.body) if isinstance(e, Load) and e.buffer is w)
     wc = next(d for d, i in enumerate(wl.indices) if isinstance(i, Var) and i.name == c)
-    wp = apply(s, "pack", w, wdim, lanes, [st])
-    if wp is None:
-        return True
-    wpp = apply(s, "pack", wp, 1 + (wc if wc < wdim else wc - 1), depth, [st])
-    if wpp is not None:
-        ax = [a.var.name for a in s[wpp].op.axis]
-        wpp = apply(s[wpp], "reorder_storage", ax[1], ax[0], *ax[2:]) or wpp
-        apply(s[wp], "compute_inline")
-        apply(s[wpp], "parallel", s[wpp].op.axis[0].var.name)
+    pack_blocks(s, st, w, wdim, wc, lanes, depth, apply=apply)
     return True
 
 
-def channel_dot_tile(s, sums, out, v: str, j: str, c: str, intrin, cv: int, rn: int,
-                     apply: Apply = apply_or_raise) -> None:
+def pack_blocks(s, st, t, dl: int, dd: int, lanes: int, depth: int, others_first=False,
+                apply: Apply = apply_or_raise):
+    """Tensor `t`, read by stage `st`, in an instruction's blocks: dimension `dl` (the
+    instruction's lanes) and `dd` (its depth) split into [dl / lanes, dd / depth, ...,
+    lanes, depth] (zeros past the edges) by two `pack`s, the first inlined into the second
+    and the second's storage reordered so a panel's blocks follow each other (the other
+    dimensions after the two outer ones, or before them with `others_first`: a batch), its
+    packing in parallel. The packed tensor, or None where the first pack is refused."""
+    tp = apply(s, "pack", t, dl, lanes, [st])
+    if tp is None:
+        return None
+    tpp = apply(s, "pack", tp, 1 + (dd if dd < dl else dd - 1), depth, [st])
+    if tpp is None:
+        return tp
+    ax = [a.var.name for a in s[tpp].op.axis]          # [dd_o, dl_o, ..., lanes, depth]
+    order = [*ax[2:-2], ax[1], ax[0]] if others_first else [ax[1], ax[0], *ax[2:-2]]
+    tpp = apply(s[tpp], "reorder_storage", *order, *ax[-2:]) or tpp
+    apply(s[tp], "compute_inline")
+    apply(s[tpp], "parallel", s[tpp].op.axis[0].var.name)
+    return tpp
+
+
+def instruction(target, intrin, what: str, otherwise: str):
+    """`intrin` where `target` has every CPU feature it needs, else None, and TL_DEBUG=1
+    says that `what` runs `otherwise` (a schedule's plain fallback is never silent)."""
+    missing = [f for f in intrin.impl.features if not target.has_feature(f)]
+    if not missing:
+        return intrin
+    names = {"avx512vnni": "AVX512-VNNI", "avx512bf16": "AVX512-BF16"}
+    debug_print(1, f"{what}: the target has no {', '.join(names.get(f, f) for f in missing)}; "
+                   f"{otherwise}")
+    return None
+
+
+def channel_dot_tile(s, sums, out, v: str, j: str, c: str, lanes: int, depth: int, intrin,
+                     cv: int, rn: int, apply: Apply = apply_or_raise) -> None:
     """A convolution's register tile on a dot-product instruction (operands packed by
     `pack_conv_operands`): stage `out` (the output, or a stage of its shape that reads the
     sums elementwise) in tiles of `cv` vectors of output channels `v` x `rn` columns `j`,
@@ -242,9 +269,8 @@ def channel_dot_tile(s, sums, out, v: str, j: str, c: str, intrin, cv: int, rn: 
     is the schedule's: cache_write's local, or an intermediate) laid out with `v` last and
     computed at each tile, its input channels `c` split by the depth and its channels by
     the lanes, the reduction outside the unrolled columns and channel vectors, each lanes x
-    depth block tensorized onto `intrin` (where refused, the lanes vectorized); the tiles'
-    outer loops fused and parallel."""
-    lanes, depth = intrin.extents[0], intrin.extents[-1]
+    depth block tensorized onto `intrin` (None, or where refused: the lanes vectorized);
+    the tiles' outer loops fused and parallel."""
     axes = [a.var.name for a in out.op.axis]
     sums = s[apply(sums, "reorder_storage", *[a for a in axes if a != v], v) or
              sums.op.output]
@@ -265,7 +291,7 @@ def channel_dot_tile(s, sums, out, v: str, j: str, c: str, intrin, cv: int, rn: 
             apply(sums, "reorder", *outer, f"{c}.outer", *rest, j, vo, vi, f"{c}.inner")
             apply(sums, "unroll", j)
             apply(sums, "unroll", vo)
-            if apply(sums, "tensorize", vi, intrin) is None:
+            if intrin is None or apply(sums, "tensorize", vi, intrin) is None:
                 apply(sums, "reorder", *outer, f"{c}.outer", *rest, j, vo, f"{c}.inner", vi)
                 apply(sums, "vectorize", vi)
     f = apply(out, "fuse", *pre, f"{v}.outer", *mid) if pre or mid else f"{v}.outer"
